@@ -1,0 +1,28 @@
+"""stablehlo-spmd: GSPMD-style SPMD partitioning of StableHLO, in Python.
+
+The data flows through the package in this order, each layer reading only
+the ones before it:
+
+    mesh, hlo_sharding, tile_axes, sharding    named meshes and sharding values, XLA's text
+    rules                                      (regex, partition spec) rules
+    ir, diagnostics, module_shardings          MLIR plumbing, located errors, sharding attrs
+    passes/                                    one pass per file (spmd-annotate, ...)
+    pipeline, api, cli/                        textual pipelines, Python API, CLIs
+"""
+
+from stablehlo_spmd.api import annotate, as_mesh, format_sharding, parse_sharding, run_passes
+from stablehlo_spmd.diagnostics import Diagnostic, SpmdWarning
+from stablehlo_spmd.errors import (
+    PipelineError, RulesError, ShardingError, ShardingSyntaxError, SpmdError)
+from stablehlo_spmd.export import export
+from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
+from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.rules import Rule, RuleSet, load_rules, parse_rules
+from stablehlo_spmd.sharding import Sharding
+
+__all__ = [
+    "Diagnostic", "HloSharding", "Mesh", "PipelineError", "Rule", "RuleSet", "RulesError",
+    "Sharding", "ShardingError", "ShardingSyntaxError", "SpmdError", "SpmdWarning",
+    "TileAssignment", "annotate", "as_mesh", "export", "format_sharding", "load_rules",
+    "parse_rules", "parse_sharding", "run_passes",
+]

@@ -1,0 +1,92 @@
+"""The one-call Python API: text in, text out, typed errors.
+
+These functions wrap the pass pipeline for users who never touch MLIR
+objects.  Errors come out as the same `SpmdError` subclasses (with the same
+located message) that the command-line tools print; warnings a pass reports
+come out as `SpmdWarning`s through Python's `warnings` module.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Iterable
+
+from stablehlo_spmd import diagnostics
+from stablehlo_spmd.diagnostics import DiagnosticEngine, SpmdWarning
+from stablehlo_spmd.errors import SpmdError
+from stablehlo_spmd.hlo_sharding import HloSharding, format_hlo_sharding, parse_hlo_sharding
+from stablehlo_spmd.ir import make_context, parse_module, print_module
+from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.passes.annotate import AnnotatePass
+from stablehlo_spmd.pipeline import Pipeline, parse_pipeline, run_pipeline
+from stablehlo_spmd.rules import RuleSet, load_rules, rules_from_python
+from stablehlo_spmd.sharding import Sharding
+
+
+def parse_sharding(text: str) -> HloSharding:
+    """Parse ``mhlo.sharding`` text (the whole HloSharding grammar)."""
+    return parse_hlo_sharding(text)
+
+
+def format_sharding(sharding: HloSharding | Sharding) -> str:
+    """Canonical ``mhlo.sharding`` text, byte for byte as XLA prints it."""
+    if isinstance(sharding, Sharding):
+        sharding = sharding.to_hlo()
+    return format_hlo_sharding(sharding)
+
+
+def as_mesh(mesh: Any) -> Mesh:
+    if isinstance(mesh, Mesh):
+        return mesh
+    if isinstance(mesh, str):
+        return Mesh.from_string(mesh)
+    if hasattr(mesh, "devices") and hasattr(mesh, "axis_names"):
+        return Mesh.from_jax(mesh)
+    raise TypeError(f"expected a Mesh, a mesh string or a jax.sharding.Mesh, got {mesh!r}")
+
+
+def as_rule_set(rules: Any, mesh: Mesh | None) -> RuleSet:
+    if isinstance(rules, (str, os.PathLike)):
+        rule_set = load_rules(rules)
+        return rule_set if mesh is None else RuleSet(rule_set.rules, mesh)
+    return rules_from_python(rules, mesh)
+
+
+def run_passes(text: str, pipeline: Pipeline | str, filename: str = "<input>") -> str:
+    """Parse `text`, run `pipeline`, return the printed module.
+
+    Unlike the CLI (which follows mlir-opt and prints locations only when
+    asked), the text keeps its locations: they carry the pytree names of the
+    arguments and the source positions later diagnostics point at, and text
+    handed from one API call to the next should lose neither.
+    """
+    if isinstance(pipeline, str):
+        pipeline = parse_pipeline(pipeline)
+    engine = DiagnosticEngine()
+    with make_context() as context, diagnostics.collecting(engine):
+        module = parse_module(text, filename, context)
+        ok = run_pipeline(module, pipeline)
+        _surface(engine)
+        if not ok:
+            raise SpmdError("pass pipeline failed")
+        return print_module(module, debug_info=True)
+
+
+def annotate(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet = (),
+             filename: str = "<input>") -> str:
+    """Attach ``mhlo.sharding`` to `text`'s arguments and results from `rules`.
+
+    `rules` is a list of ``(regex, spec)`` pairs, a `RuleSet`, or a rules-file
+    path; `mesh` (a `Mesh`, ``"data=4,model=2"`` or a `jax.sharding.Mesh`)
+    may be omitted when the rules file has one.
+    """
+    rule_set = as_rule_set(rules, as_mesh(mesh) if mesh is not None else None)
+    return run_passes(text, Pipeline((AnnotatePass(rules=rule_set),)), filename)
+
+
+def _surface(engine: DiagnosticEngine) -> None:
+    for diagnostic in engine.diagnostics:
+        if diagnostic.severity == "warning":
+            warnings.warn(str(diagnostic), SpmdWarning, stacklevel=3)
+    engine.raise_if_errors()

@@ -1,0 +1,230 @@
+"""MLIR plumbing: one context factory, parse/print with locations, cached attributes.
+
+Everything that touches jaxlib's MLIR bindings directly, and that more than one
+pass needs, lives here:
+
+* `make_context` registers the dialects StableHLO programs use (func, arith and
+  the other upstream dialects jaxlib bundles, stablehlo, chlo, sdy).
+* `parse_module` keeps the file name in every location (``ir.Module.parse``
+  would say ``"-"``), accepts a file of several top-level ops the way
+  ``mlir-opt`` does by wrapping them in an implicit module, and gives function
+  arguments that carry only a name (``loc("params['w1']")``, as JAX exports
+  them) the position of their declaration, so that diagnostics about an
+  argument point at a line.
+* `cached_attr` builds an attribute once per (context, text): attribute
+  construction is the costly part of the Python bindings, and a pass that
+  writes the same sharding on a thousand values should pay for it once.
+* `source_position` turns any location into ``file:line:col`` for diagnostics.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import weakref
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import chlo, sdy, stablehlo
+import jaxlib.mlir._mlir_libs._jax_mlir_ext as _jax_mlir_ext
+
+from stablehlo_spmd.errors import SpmdError
+
+
+def make_context() -> ir.Context:
+    """A context with every dialect a JAX-exported StableHLO module may use."""
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)  # func, arith, math, ... as JAX registers them
+    context = ir.Context()
+    context.append_dialect_registry(registry)
+    context.load_all_available_dialects()
+    stablehlo.register_dialect(context)
+    chlo.register_dialect(context)
+    sdy.register_dialect(context)
+    return context
+
+
+# ------------------------------------------------------------------ parsing
+
+class ParseError(SpmdError):
+    """The text is not a valid module; `diagnostics` holds MLIR's own messages."""
+
+    def __init__(self, diagnostics: list[tuple[str, str, str]]):
+        self.diagnostics = diagnostics  # (severity, message, position), as Diagnostic's fields
+        first = diagnostics[0] if diagnostics else ("error", "unable to parse module", None)
+        super().__init__(first[1], first[2])
+
+
+def parse_module(text: str, filename: str = "-", context: ir.Context | None = None) -> ir.Operation:
+    """Parse `text` into a ``builtin.module`` operation, keeping `filename` in locations."""
+    context = context or ir.Context.current
+    if not text.strip():
+        raise ParseError([("error", "the input is empty: expected a module", filename)])
+    with context:
+        try:
+            op = ir.Operation.parse(text, source_name=filename).operation
+        except ir.MLIRError as error:
+            if "single top-level operation" not in str(error):
+                raise ParseError(_mlir_diagnostics(error)) from None
+            op = _parse_implicit_module(text, filename)
+        if op.name != "builtin.module":
+            module = ir.Module.create(ir.Location.file(filename, 1, 1)).operation
+            module.regions[0].blocks[0].append(op)
+            op = module
+        _locate_named_arguments(op, text, filename)
+    return op
+
+
+def _parse_implicit_module(text: str, filename: str) -> ir.Operation:
+    """Wrap several top-level ops in ``module { }`` without moving any line.
+
+    The opening brace goes on a blank line or alias line just before the first
+    op when there is one (columns stay exact), otherwise in front of the first
+    op; the closing brace goes before any trailing alias definitions, which
+    must stay at the top level.
+    """
+    lines = text.split("\n")
+
+    def is_filler(line: str) -> bool:
+        stripped = line.strip()
+        return not stripped or stripped.startswith("//") or _ALIAS_LINE.match(stripped) is not None
+
+    first = next(i for i, line in enumerate(lines) if not is_filler(line))
+    last = max(i for i, line in enumerate(lines) if not is_filler(line))
+    lines[last] += "\n}"
+    before = lines[first - 1].strip() if first else None
+    if before is not None and (not before or _ALIAS_LINE.match(before)):
+        lines[first - 1] += " module {"
+    else:
+        lines[first] = "module { " + lines[first]
+    try:
+        return ir.Operation.parse("\n".join(lines), source_name=filename).operation
+    except ir.MLIRError as error:
+        raise ParseError(_mlir_diagnostics(error)) from None
+
+
+_ALIAS_LINE = re.compile(r"^[#!][\w.$-]+\s*=")
+
+
+def _mlir_diagnostics(error: ir.MLIRError) -> list[tuple[str, str, str]]:
+    result = []
+    for diag in error.error_diagnostics:
+        result.append(("error", diag.message, source_position(diag.location)))
+        for note in diag.notes:
+            result.append(("note", note.message, source_position(note.location)))
+    if not result:
+        result.append(("error", str(error), None))
+    return result
+
+
+def _locate_named_arguments(module: ir.Operation, text: str, filename: str) -> None:
+    """Give name-only argument locations the file position of their declaration.
+
+    JAX exports ``%arg0: tensor<..> loc("params['w1']")``: the name is kept, and
+    the position where the parser saw ``%arg0`` becomes its child location.
+    Only top-level functions are scanned, and the scan is linear in the text.
+    """
+    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name != "func.func" or not op.regions[0].blocks:
+            continue
+        args = list(op.regions[0].blocks[0].arguments)
+        if not any(_is_bare_name(a.location) for a in args):
+            continue
+        symbol = ir.StringAttr(op.attributes["sym_name"]).value
+        header = re.search(r"func\.func\b[^@]*@" + re.escape(symbol) + r"\s*\(", text)
+        if header is None:
+            continue
+        cursor = header.end()
+        for arg in args:
+            match = re.compile(re.escape(arg.get_name()) + r"\s*:").search(text, cursor)
+            if match is None:
+                break
+            cursor = match.end()
+            if _is_bare_name(arg.location):
+                line = _line_of(line_starts, match.start())
+                col = match.start() - line_starts[line - 1] + 1
+                arg.set_location(ir.Location.name(
+                    arg.location.name_str, childLoc=ir.Location.file(filename, line, col)))
+
+
+def _is_bare_name(location: ir.Location) -> bool:
+    return isinstance(location, ir.NameLoc) and isinstance(location.child_loc, ir.UnknownLoc)
+
+
+def _line_of(line_starts: list[int], offset: int) -> int:
+    return bisect.bisect_right(line_starts, offset)
+
+
+def print_module(module: ir.Operation, debug_info: bool = False) -> str:
+    return module.get_asm(enable_debug_info=debug_info, assume_verified=True)
+
+
+# ---------------------------------------------------------------- locations
+
+def source_position(location: ir.Location) -> str | None:
+    """``file:line:col`` of the first file position inside `location`, if any."""
+    found = _file_location(location)
+    if found is None:
+        return None
+    return f"{found.filename}:{found.start_line}:{found.start_col}"
+
+
+def _typed(location: ir.Location) -> ir.Location:
+    """Diagnostics hand out untyped locations; re-read them as their concrete kind."""
+    return ir.Location.from_attr(location.attr) if type(location) is ir.Location else location
+
+
+def _file_location(location: ir.Location):
+    location = _typed(location)
+    if isinstance(location, ir.FileLineColLoc):
+        return location
+    if isinstance(location, ir.NameLoc):
+        return _file_location(location.child_loc)
+    if isinstance(location, ir.CallSiteLoc):
+        return _file_location(location.callee) or _file_location(location.caller)
+    if isinstance(location, ir.FusedLoc):
+        for inner in location.locations:
+            found = _file_location(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def location_name(location: ir.Location) -> str | None:
+    """The outermost name in a location (JAX names arguments this way)."""
+    location = _typed(location)
+    if isinstance(location, ir.NameLoc):
+        return location.name_str
+    if isinstance(location, ir.FusedLoc):
+        for inner in location.locations:
+            name = location_name(inner)
+            if name is not None:
+                return name
+    return None
+
+
+# --------------------------------------------------------------- attributes
+
+_ATTRIBUTE_CACHE: "weakref.WeakKeyDictionary[ir.Context, dict[str, ir.Attribute]]" = (
+    weakref.WeakKeyDictionary())
+
+
+def cached_attr(text: str, context: ir.Context | None = None) -> ir.Attribute:
+    """``ir.Attribute.parse(text)``, once per context."""
+    context = context or ir.Context.current
+    try:
+        per_context = _ATTRIBUTE_CACHE[context]
+    except (KeyError, TypeError):
+        per_context = {}
+        try:
+            _ATTRIBUTE_CACHE[context] = per_context
+        except TypeError:  # contexts that cannot be weakly referenced: no caching
+            return ir.Attribute.parse(text, context)
+    attr = per_context.get(text)
+    if attr is None:
+        attr = per_context[text] = ir.Attribute.parse(text, context)
+    return attr
+
+
+def string_attr(value: str, context: ir.Context | None = None) -> ir.Attribute:
+    return ir.StringAttr.get(value, context or ir.Context.current)

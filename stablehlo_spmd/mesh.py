@@ -1,0 +1,182 @@
+"""The device mesh: named axes with sizes, and the order devices fill it in.
+
+A `Mesh` is a small immutable value.  Its three fields are exactly PyTorch/XLA's
+constructor arguments, so ``Mesh(device_ids, mesh_shape, axis_names)`` works
+as it does there; `Mesh.from_string` and `Mesh.from_jax` are the other ways in.
+Axes are listed major to minor: device ``device_ids[i]`` sits at the mesh
+coordinate ``np.unravel_index(i, mesh_shape)``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import math
+import re
+from typing import Iterable, Sequence
+
+import numpy as np
+
+_AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Mesh:
+    """Named mesh axes over a permutation of device ids ``0..N-1``."""
+
+    device_ids: tuple[int, ...]
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        # Accept numpy arrays and lists the way PyTorch/XLA does, but store tuples
+        # so that the mesh stays hashable and cheap to compare.
+        shape = tuple(int(s) for s in np.asarray(self.mesh_shape).reshape(-1))
+        ids = tuple(int(d) for d in np.asarray(self.device_ids).reshape(-1))
+        names = self.axis_names
+        names = tuple(f"axis_{i}" for i in range(len(shape))) if names is None else tuple(names)
+        object.__setattr__(self, "mesh_shape", shape)
+        object.__setattr__(self, "device_ids", ids)
+        object.__setattr__(self, "axis_names", names)
+        _check_mesh(ids, shape, names)
+
+    # ----------------------------------------------------------------- builders
+
+    @classmethod
+    def from_string(cls, text: str, device_ids: Sequence[int] | None = None) -> "Mesh":
+        """Parse ``"data=4,model=2"``; devices fill the mesh in id order unless given."""
+        names, sizes = [], []
+        for item in text.replace(" ", "").split(","):
+            name, eq, size = item.partition("=")
+            if not eq or not _AXIS_NAME.fullmatch(name) or not re.fullmatch(r"-?\d+", size):
+                raise ValueError(
+                    f"mesh axis {item!r} in {text!r} is not of the form name=size "
+                    f"(e.g. 'data=4,model=2')")
+            names.append(name)
+            sizes.append(int(size))
+        if device_ids is None:
+            _check_sizes(sizes, names)
+            device_ids = range(math.prod(sizes))
+        return cls(tuple(device_ids), tuple(sizes), tuple(names))
+
+    @classmethod
+    def from_axes(cls, axes: Iterable[tuple[str, int]],
+                  device_ids: Sequence[int] | None = None) -> "Mesh":
+        axes = list(axes)
+        sizes = [size for _, size in axes]
+        names = [name for name, _ in axes]
+        if device_ids is None:
+            _check_sizes(sizes, names)
+            device_ids = range(math.prod(sizes))
+        return cls(tuple(device_ids), tuple(sizes), tuple(names))
+
+    @classmethod
+    def from_jax(cls, jax_mesh) -> "Mesh":
+        """The mesh of a `jax.sharding.Mesh`, keeping its device order."""
+        ids = [device.id for device in np.asarray(jax_mesh.devices).flat]
+        return cls(tuple(ids), tuple(jax_mesh.devices.shape), tuple(jax_mesh.axis_names))
+
+    # ---------------------------------------------------------------- queries
+
+    def shape(self) -> "collections.OrderedDict[str, int]":
+        """Axis name to size, in mesh order (PyTorch/XLA's ``Mesh.shape()``)."""
+        return collections.OrderedDict(zip(self.axis_names, self.mesh_shape))
+
+    @property
+    def size(self) -> int:
+        return len(self.device_ids)
+
+    @property
+    def rank(self) -> int:
+        return len(self.mesh_shape)
+
+    def axis_size(self, name: str) -> int:
+        return self.mesh_shape[self.axis_index(name)]
+
+    def axis_index(self, name: str) -> int:
+        try:
+            return self._axis_positions[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown mesh axis {name!r}; the mesh has {self.describe_axes()}") from None
+
+    def has_axis(self, name: str) -> bool:
+        return name in self._axis_positions
+
+    def axes_size(self, names: Iterable[str]) -> int:
+        return math.prod(self.axis_size(n) for n in names)
+
+    @functools.cached_property
+    def _axis_positions(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.axis_names)}
+
+    @property
+    def is_iota(self) -> bool:
+        """True when devices fill the mesh in id order (XLA can then use iota tiles)."""
+        return self.device_ids == tuple(range(len(self.device_ids)))
+
+    @functools.cached_property
+    def devices(self) -> np.ndarray:
+        """Device ids as an array of shape `mesh_shape`."""
+        array = np.array(self.device_ids, dtype=np.int64).reshape(self.mesh_shape)
+        array.setflags(write=False)
+        return array
+
+    @functools.cached_property
+    def device_positions(self) -> np.ndarray:
+        """Inverse of `device_ids`: the flat mesh position of each device id."""
+        positions = np.empty(self.size, dtype=np.int64)
+        positions[np.array(self.device_ids, dtype=np.int64)] = np.arange(self.size)
+        positions.setflags(write=False)
+        return positions
+
+    def describe_axes(self) -> str:
+        return ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape))
+
+    def __str__(self) -> str:
+        text = ",".join(f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape))
+        return text if self.is_iota else f"{text} devices={list(self.device_ids)}"
+
+    def __repr__(self) -> str:
+        axes = ",".join(f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape))
+        if self.is_iota:
+            return f"Mesh.from_string({axes!r})"
+        return f"Mesh.from_string({axes!r}, device_ids={list(self.device_ids)})"
+
+
+def _check_sizes(sizes: Sequence[int], names: Sequence[str]) -> None:
+    for name, size in zip(names, sizes):
+        if size <= 0:
+            raise ValueError(f"mesh axis {name!r} has size {size}; sizes must be positive")
+
+
+def _check_mesh(ids: tuple[int, ...], shape: tuple[int, ...], names: tuple[str, ...]) -> None:
+    if len(names) != len(shape):
+        raise ValueError(
+            f"mesh has {len(shape)} axes {list(shape)} but {len(names)} names {list(names)}")
+    _check_sizes(shape, names)
+    for name in names:
+        if not isinstance(name, str) or not _AXIS_NAME.fullmatch(name):
+            raise ValueError(f"mesh axis name {name!r} is not an identifier")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"mesh axis names must be unique; {', '.join(map(repr, duplicates))} "
+                         f"appears more than once in {list(names)}")
+    count = math.prod(shape)
+    if len(ids) != count:
+        raise ValueError(
+            f"mesh shape {list(shape)} holds {count} devices but {len(ids)} device ids were given")
+    if sorted(ids) != list(range(count)):
+        missing = sorted(set(range(count)) - set(ids))
+        repeated = sorted(d for d, n in collections.Counter(ids).items() if n > 1)
+        details = []
+        if repeated:
+            details.append(f"repeated: {repeated}")
+        if missing:
+            details.append(f"missing: {missing}")
+        stray = sorted(d for d in set(ids) if not 0 <= d < count)
+        if stray:
+            details.append(f"out of range: {stray}")
+        raise ValueError(
+            f"device ids must be a permutation of 0..{count - 1} ({'; '.join(details)})")

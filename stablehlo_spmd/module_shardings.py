@@ -1,0 +1,383 @@
+"""Where shardings live in a module, and how they are read and written.
+
+A partitionable module carries:
+
+* ``spmd.mesh = #sdy.mesh<["data"=4, "model"=2]>`` on the module: the named
+  mesh every sharding refers to (Shardy's own mesh attribute, so it parses
+  and prints with the sdy dialect and keeps axis names through every stage);
+* ``mhlo.num_partitions`` on the module: the device count XLA compiles for;
+* ``mhlo.sharding`` strings on function arguments and results, on
+  ``stablehlo.custom_call @Sharding`` constraints, and on any op whose result
+  layout is pinned.
+
+`import_shardy` turns what today's JAX lowers (``sdy.mesh`` ops,
+``#sdy.sharding`` attributes, ``sdy.sharding_constraint`` ops) into that form,
+so both spellings are accepted as input.  `sharding_attr` builds the string
+attribute for a `Sharding` through a value-keyed cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Iterator
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy, stablehlo
+
+from stablehlo_spmd.errors import ShardingError, ShardingSyntaxError
+from stablehlo_spmd.hlo_sharding import HloSharding, format_hlo_sharding, parse_hlo_sharding
+from stablehlo_spmd.ir import cached_attr, location_name, source_position
+from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.sharding import Sharding
+from stablehlo_spmd.tile_axes import infer_mesh
+
+MHLO_SHARDING = "mhlo.sharding"
+SDY_SHARDING = "sdy.sharding"
+NUM_PARTITIONS = "mhlo.num_partitions"
+MESH_ATTR = "spmd.mesh"
+RESULT_INFO = "jax.result_info"
+SHARDING_TARGET = "Sharding"
+
+
+# --------------------------------------------------------------------- mesh
+
+def mesh_attr_text(mesh: Mesh) -> str:
+    axes = ", ".join(f'"{n}"={s}' for n, s in zip(mesh.axis_names, mesh.mesh_shape))
+    ids = "" if mesh.is_iota else f", device_ids=[{', '.join(map(str, mesh.device_ids))}]"
+    return f"#sdy.mesh<[{axes}]{ids}>"
+
+
+def mesh_from_attr(attr: ir.Attribute) -> Mesh:
+    mesh_attr = sdy.MeshAttr(attr)
+    axes = [(sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in mesh_attr.axes]
+    device_ids = list(mesh_attr.device_ids) or None
+    if not axes and device_ids and len(device_ids) == 1:
+        raise ShardingError("a maximal sdy mesh has no axes to build a device mesh from")
+    return Mesh.from_axes(axes, device_ids)
+
+
+def read_mesh(module: ir.Operation) -> Mesh | None:
+    if MESH_ATTR not in module.attributes:
+        return None
+    return mesh_from_attr(module.attributes[MESH_ATTR])
+
+
+def write_mesh(module: ir.Operation, mesh: Mesh) -> None:
+    module.attributes[MESH_ATTR] = cached_attr(mesh_attr_text(mesh), module.context)
+    module.attributes[NUM_PARTITIONS] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(32, module.context), mesh.size)
+
+
+def num_partitions(module: ir.Operation) -> int | None:
+    if NUM_PARTITIONS not in module.attributes:
+        return None
+    return ir.IntegerAttr(module.attributes[NUM_PARTITIONS]).value
+
+
+# ---------------------------------------------------------------- shardings
+
+@functools.lru_cache(maxsize=None)
+def sharding_text(sharding: Sharding) -> str:
+    return format_hlo_sharding(sharding.to_hlo())
+
+
+def sharding_attr(sharding: Sharding | HloSharding, context: ir.Context | None = None) -> ir.Attribute:
+    text = sharding_text(sharding) if isinstance(sharding, Sharding) else format_hlo_sharding(sharding)
+    return cached_attr(_quote(text), context)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclasses.dataclass
+class ShardedValue:
+    """One place a sharding is (or may be) attached: an argument, a result or an op."""
+
+    kind: str                 # "argument" | "result" | "op"
+    owner: ir.Operation       # the func.func for arguments/results, else the op itself
+    index: int
+    name: str | None          # pytree path for arguments/results exported by JAX
+    location: ir.Location
+    type: ir.Type
+
+    @property
+    def rank(self) -> int | None:
+        shaped = self.type
+        return shaped.rank if isinstance(shaped, ir.ShapedType) and shaped.has_rank else None
+
+    def describe(self) -> str:
+        label = f" {self.name!r}" if self.name else ""
+        return f"{self.kind} #{self.index}{label}" if self.kind != "op" else f"op '{self.owner.name}'"
+
+    # Attribute access on function arguments/results goes through arg_attrs /
+    # res_attrs arrays of dictionaries; for ops it is the op's own dictionary.
+    def get(self, attr_name: str) -> ir.Attribute | None:
+        if self.kind == "op":
+            return self.owner.attributes[attr_name] if attr_name in self.owner.attributes else None
+        entries = _dict_entries(self.owner, self._array_name(), self.index)
+        return entries.get(attr_name)
+
+    def set(self, attr_name: str, value: ir.Attribute | None) -> None:
+        if self.kind == "op":
+            if value is None:
+                if attr_name in self.owner.attributes:
+                    del self.owner.attributes[attr_name]
+            else:
+                self.owner.attributes[attr_name] = value
+            return
+        _set_dict_entry(self.owner, self._array_name(), self.index, attr_name, value)
+
+    def _array_name(self) -> str:
+        return "arg_attrs" if self.kind == "argument" else "res_attrs"
+
+
+def functions(module: ir.Operation) -> list[ir.Operation]:
+    return [op.operation for op in module.regions[0].blocks[0].operations
+            if op.operation.name == "func.func"]
+
+
+def function_values(func: ir.Operation) -> Iterator[ShardedValue]:
+    """The arguments then the results of `func`, named the way JAX names them."""
+    function_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    has_body = bool(func.regions[0].blocks)
+    arguments = list(func.regions[0].blocks[0].arguments) if has_body else []
+    for index, arg_type in enumerate(function_type.inputs):
+        location = arguments[index].location if has_body else func.location
+        yield ShardedValue("argument", func, index, location_name(location), location, arg_type)
+    return_location = func.location
+    if has_body:
+        terminator = func.regions[0].blocks[0].operations[
+            len(func.regions[0].blocks[0].operations) - 1]
+        return_location = terminator.location
+    for index, result_type in enumerate(function_type.results):
+        value = ShardedValue("result", func, index, None, return_location, result_type)
+        info = value.get(RESULT_INFO)
+        value.name = ir.StringAttr(info).value if info is not None else None
+        yield value
+
+
+def _dict_entries(func: ir.Operation, array_name: str, index: int) -> dict[str, ir.Attribute]:
+    if array_name not in func.attributes:
+        return {}
+    entry = ir.ArrayAttr(func.attributes[array_name])[index]
+    dictionary = ir.DictAttr(entry)
+    return {named.name: named.attr for named in dictionary}
+
+
+def _set_dict_entry(func: ir.Operation, array_name: str, index: int,
+                    attr_name: str, value: ir.Attribute | None) -> None:
+    count = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs
+                if array_name == "arg_attrs" else
+                ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).results)
+    context = func.context
+    if array_name in func.attributes:
+        dictionaries = [ir.DictAttr(d) for d in ir.ArrayAttr(func.attributes[array_name])]
+    else:
+        dictionaries = [ir.DictAttr.get({}, context)] * count
+    entries = {named.name: named.attr for named in dictionaries[index]}
+    if value is None:
+        entries.pop(attr_name, None)
+    else:
+        entries[attr_name] = value
+    dictionaries[index] = ir.DictAttr.get(entries, context)
+    func.attributes[array_name] = ir.ArrayAttr.get(dictionaries, context)
+
+
+def read_hlo(value: ShardedValue) -> HloSharding | None:
+    """The value's ``mhlo.sharding``, parsed; errors are located at the value."""
+    attr = value.get(MHLO_SHARDING)
+    if attr is None:
+        return None
+    if not isinstance(attr, ir.StringAttr):
+        raise _located(value, f"{value.describe()}: {MHLO_SHARDING} must be a string, got {attr}")
+    text = ir.StringAttr(attr).value
+    try:
+        return parse_hlo_sharding(text)
+    except ShardingSyntaxError as error:
+        column = f" at column {error.column}" if error.column else ""
+        raise _located(value, f"{value.describe()}: invalid {MHLO_SHARDING} {text!r}{column}: "
+                              f"{error.message}") from None
+
+
+def _located(value: ShardedValue, message: str) -> ShardingError:
+    return ShardingError(message, source_position(value.location))
+
+
+def sharding_constraints(module: ir.Operation) -> Iterator[ir.Operation]:
+    """``custom_call @Sharding`` ops anywhere in the module, in program order."""
+    found = []
+
+    def visit(op):
+        if op.name == "stablehlo.custom_call" and _call_target(op) == SHARDING_TARGET:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return iter(found)
+
+
+def _call_target(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["call_target_name"]).value
+
+
+def all_sharded_values(module: ir.Operation) -> Iterator[ShardedValue]:
+    """Every function argument and result, then every op carrying an ``mhlo.sharding``."""
+    for func in functions(module):
+        yield from function_values(func)
+    yield from _ops_with(module, MHLO_SHARDING)
+
+
+def _ops_with(module: ir.Operation, attr_name: str) -> Iterator[ShardedValue]:
+    ops = []
+
+    def visit(op):
+        if attr_name in op.attributes and op.name != "func.func":
+            ops.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for op in ops:
+        result_type = op.results[0].type if len(op.results) == 1 else ir.NoneType.get(op.context)
+        yield ShardedValue("op", op, 0, None, op.location, result_type)
+
+
+def module_mesh(module: ir.Operation) -> Mesh | None:
+    """The module's mesh: `spmd.mesh` if set, else one inferred from its tile assignments."""
+    mesh = read_mesh(module)
+    if mesh is not None:
+        return mesh
+    shardings = [h for h in (read_hlo(v) for v in all_sharded_values(module)) if h is not None]
+    if not any(_has_tiles(h) for h in shardings):
+        count = num_partitions(module)
+        return Mesh.from_axes([("axis_0", count)]) if count and count > 1 else None
+    return infer_mesh(shardings, num_partitions(module))
+
+
+def _has_tiles(sharding: HloSharding) -> bool:
+    if sharding.kind == "tuple":
+        return any(_has_tiles(e) for e in sharding.elements)
+    return sharding.kind == "tiled"
+
+
+# ------------------------------------------------------------ Shardy input
+
+def import_shardy(module: ir.Operation) -> Mesh | None:
+    """Rewrite Shardy's mesh, shardings and constraints into ``mhlo.sharding`` form.
+
+    Returns the imported mesh (None when the module has no ``sdy.mesh``).  A
+    module with several meshes is accepted only when they are one mesh under
+    several names, plus the single-device meshes JAX uses for maximal shardings.
+    """
+    meshes: dict[str, Mesh | int] = {}
+    mesh_ops = []
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name == "sdy.mesh":
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            meshes[name] = _mesh_or_device(op.attributes["mesh"])
+            mesh_ops.append(op.operation)
+    full = {m for m in meshes.values() if isinstance(m, Mesh)}
+    if len(full) > 1:
+        raise ShardingError(
+            "the module declares several different sdy meshes "
+            f"({', '.join(str(m) for m in full)}); stablehlo-spmd works on one mesh per module",
+            None)
+    mesh = full.pop() if full else None
+    if not meshes and not _uses_shardy(module):
+        return None
+
+    for value in all_values_with(module, SDY_SHARDING):
+        attr = value.get(SDY_SHARDING)
+        if value.kind == "op":
+            per_value = sdy.TensorShardingPerValueAttr(attr)
+            converted = [_from_sdy(s, meshes, mesh, value) for s in per_value.shardings]
+            hlo = converted[0] if len(converted) == 1 else HloSharding.tuple_of(converted)
+        else:
+            hlo = _from_sdy(attr, meshes, mesh, value)
+        value.set(MHLO_SHARDING, sharding_attr(hlo, module.context))
+        value.set(SDY_SHARDING, None)
+
+    for op in _sdy_constraints(module):
+        _replace_constraint(op, meshes, mesh)
+    for op in mesh_ops:
+        op.erase()
+    if mesh is not None:
+        write_mesh(module, mesh)
+    return mesh
+
+
+def _uses_shardy(module: ir.Operation) -> bool:
+    return any(True for _ in all_values_with(module, SDY_SHARDING)) or bool(_sdy_constraints(module))
+
+
+def all_values_with(module: ir.Operation, attr_name: str) -> Iterator[ShardedValue]:
+    for func in functions(module):
+        for value in function_values(func):
+            if value.get(attr_name) is not None:
+                yield value
+    yield from _ops_with(module, attr_name)
+
+
+def _sdy_constraints(module: ir.Operation) -> list[ir.Operation]:
+    found = []
+
+    def visit(op):
+        if op.name == "sdy.sharding_constraint":
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found
+
+
+def _mesh_or_device(attr: ir.Attribute) -> Mesh | int:
+    mesh_attr = sdy.MeshAttr(attr)
+    device_ids = list(mesh_attr.device_ids)
+    if not list(mesh_attr.axes) and len(device_ids) == 1:
+        return device_ids[0]  # JAX's "maximal" meshes hold one device and no axes
+    return mesh_from_attr(attr)
+
+
+def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int], mesh: Mesh | None,
+              value: ShardedValue) -> HloSharding:
+    sharding = sdy.TensorShardingAttr(attr)
+    ref = sharding.mesh_or_ref
+    if isinstance(ref, ir.FlatSymbolRefAttr):
+        target = meshes.get(ir.FlatSymbolRefAttr(ref).value)
+        if target is None:
+            raise _located(value, f"sdy sharding refers to unknown mesh {ref}")
+    else:
+        target = _mesh_or_device(ref)
+    if isinstance(target, int):
+        return HloSharding.maximal(target)
+    dim_axes, open_dims = [], []
+    for dim, dim_attr in enumerate(sharding.dimension_shardings):
+        dimension = sdy.DimensionShardingAttr(dim_attr)
+        dim_axes.append(tuple(_axis_name(a, value) for a in dimension.axes))
+        if not dimension.is_closed:
+            open_dims.append(dim)
+    unreduced = tuple(_axis_name(a, value) for a in sharding.unreduced_axes)
+    try:
+        axis_sharding = Sharding(target, tuple(dim_axes), unreduced=unreduced,
+                                 open_dims=frozenset(open_dims))
+    except ShardingError as error:
+        raise _located(value, error.message) from None
+    return axis_sharding.to_hlo()
+
+
+def _axis_name(attr: ir.Attribute, value: ShardedValue) -> str:
+    axis = sdy.AxisRefAttr(attr)
+    if axis.sub_axis_info is not None:
+        raise _located(value, f"sdy sub-axis {attr} is not supported; use whole mesh axes")
+    return axis.name
+
+
+def _replace_constraint(op: ir.Operation, meshes, mesh) -> None:
+    value = ShardedValue("op", op, 0, None, op.location, op.results[0].type)
+    hlo = _from_sdy(op.attributes["sharding"], meshes, mesh, value)
+    with ir.InsertionPoint(op), op.location:
+        call = stablehlo.CustomCallOp([op.results[0].type], [op.operands[0]], SHARDING_TARGET)
+        call.operation.attributes[MHLO_SHARDING] = sharding_attr(hlo, op.context)
+    op.results[0].replace_all_uses_with(call.results[0])
+    op.erase()

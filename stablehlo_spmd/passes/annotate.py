@@ -1,0 +1,175 @@
+"""``spmd-annotate``: attach ``mhlo.sharding`` to a module from partition rules.
+
+For every argument and result of the module's public functions, the first
+rule whose pattern matches the value's name (its JAX pytree path, or
+``argN`` / ``result[N]`` when the exporter gave none) gives its partition
+spec on the rules' mesh.  The pass then writes:
+
+* ``mhlo.sharding`` on each matched argument and result, in XLA's canonical
+  text, exactly what ``jax.sharding.NamedSharding`` would give;
+* ``spmd.mesh`` and ``mhlo.num_partitions`` on the module.
+
+Shardings the program already carries are accepted as they are: Shardy's
+(``sdy.mesh``/``#sdy.sharding``/``sdy.sharding_constraint``, as JAX lowers
+them) are imported first, and every existing ``mhlo.sharding`` (arguments,
+results, ``custom_call @Sharding`` constraints) must fit the mesh.  An
+existing sharding wins over a rule for the same value: it was written by
+someone closer to the program.
+
+User errors are reported at the value's location, with a note at the rule
+that caused them: a spec whose length is not the rank, an unknown or repeated
+axis, a mesh that disagrees with the module's existing annotations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from jaxlib.mlir import ir
+
+from stablehlo_spmd import diagnostics
+from stablehlo_spmd.errors import ShardingError, SpmdError
+from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.module_shardings import (
+    MHLO_SHARDING, ShardedValue, all_sharded_values, function_values, functions,
+    import_shardy, module_mesh, num_partitions, read_hlo, sharding_attr, write_mesh)
+from stablehlo_spmd.passes import ModulePass, register_pass
+from stablehlo_spmd.rules import Rule, RuleSet, load_rules
+from stablehlo_spmd.sharding import Sharding
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class AnnotatePass(ModulePass):
+    """Options: `rules` is a rules-file path (or, from Python, a `RuleSet`);
+    `mesh` (``"data=4,model=2"``) overrides or supplies the rules' mesh."""
+
+    name: ClassVar[str] = "spmd-annotate"
+    description: ClassVar[str] = "attach mhlo.sharding to arguments and results from partition rules"
+
+    rules: "str | RuleSet" = ""
+    mesh: str = ""
+
+    def run(self, module: ir.Operation) -> None:
+        rule_set = self._rule_set()
+        import_shardy(module)
+        mesh = self._choose_mesh(module, rule_set)
+        if mesh is None:
+            return
+        if not _existing_shardings_fit(module, mesh):
+            return
+        used_rules = set()
+        for func in functions(module):
+            if _is_private(func):
+                continue
+            for value in function_values(func):
+                rule = rule_set.match(_match_name(value))
+                if rule is None:
+                    continue
+                used_rules.add(rule)
+                _annotate(value, rule, mesh)
+        write_mesh(module, mesh)
+        for rule in rule_set.rules:
+            if rule not in used_rules:
+                diagnostics.warning(rule.position or module.location,
+                                    f"{rule.describe()} matched no argument or result")
+
+    def _rule_set(self) -> RuleSet:
+        if isinstance(self.rules, RuleSet):
+            rule_set = self.rules
+        elif self.rules:
+            rule_set = load_rules(self.rules)
+        else:
+            rule_set = RuleSet(())
+        if self.mesh:
+            try:
+                rule_set = dataclasses.replace(rule_set, mesh=Mesh.from_string(self.mesh))
+            except ValueError as error:
+                raise SpmdError(f"invalid 'mesh' option of spmd-annotate: {error}") from None
+        return rule_set
+
+    def _choose_mesh(self, module: ir.Operation, rule_set: RuleSet) -> Mesh | None:
+        """The rules' mesh, checked against what the module already says.
+
+        Reports why and returns None when there is no usable mesh.
+        """
+        mesh = rule_set.mesh
+        partitions = num_partitions(module)
+        if mesh is not None and partitions not in (None, 1, mesh.size):
+            diagnostics.error(module.location,
+                              f"the mesh [{mesh.describe_axes()}] has {mesh.size} devices but "
+                              f"the module says mhlo.num_partitions = {partitions}")
+            return None
+        try:
+            existing = module_mesh(module)
+        except ShardingError as error:
+            diagnostics.error(error.location or module.location, error.message)
+            return None
+        if mesh is None and existing is None:
+            diagnostics.error(module.location, "spmd-annotate needs a mesh: give the rules "
+                              "file a [mesh] table or pass the 'mesh' option")
+            return None
+        if mesh is not None and existing is not None and existing.size != mesh.size:
+            diagnostics.error(module.location,
+                              f"the mesh [{mesh.describe_axes()}] has {mesh.size} devices but "
+                              f"the module's existing shardings use {existing.size}")
+            return None
+        return mesh or existing
+
+
+def _existing_shardings_fit(module: ir.Operation, mesh: Mesh) -> bool:
+    ok = True
+    for value in all_sharded_values(module):
+        try:
+            hlo = read_hlo(value)
+        except ShardingError as error:
+            diagnostics.error(error.location or value.location, error.message)
+            ok = False
+            continue
+        if hlo is None or hlo.kind in ("tuple", "unknown") or value.rank is None:
+            continue
+        try:
+            Sharding.from_hlo(hlo, mesh, value.rank)
+        except ShardingError as error:
+            diagnostics.error(value.location, f"{value.describe()}: {error.message}")
+            ok = False
+    return ok
+
+
+def _annotate(value: ShardedValue, rule: Rule, mesh: Mesh) -> None:
+    if value.rank is None:
+        diagnostics.error(value.location, f"{value.describe()} is matched by {rule.describe()} "
+                          f"but has no ranked tensor type ({value.type})")
+        return
+    try:
+        sharding = Sharding.from_spec(mesh, rule.spec, rank=value.rank,
+                                      unreduced=rule.unreduced, reduction=rule.reduction)
+        attr = sharding_attr(sharding, value.owner.context)
+    except ShardingError as error:
+        diagnostics.error(value.location, f"{value.describe()} of type {value.type}: "
+                          f"{error.message}")
+        if rule.position:
+            diagnostics.note(rule.position, f"from {rule.describe()}")
+        return
+    existing = value.get(MHLO_SHARDING)
+    if existing is not None:
+        if existing != attr:
+            diagnostics.warning(value.location, f"{value.describe()} keeps its existing sharding "
+                                f"{existing}; {rule.describe()} would give {attr}")
+        return
+    value.set(MHLO_SHARDING, attr)
+
+
+def _match_name(value: ShardedValue) -> str:
+    if value.name:
+        return value.name
+    if value.kind == "argument":
+        return f"arg{value.index}"
+    results = len(ir.FunctionType(ir.TypeAttr(value.owner.attributes["function_type"]).value).results)
+    return "result" if results == 1 else f"result[{value.index}]"
+
+
+def _is_private(func: ir.Operation) -> bool:
+    return ("sym_visibility" in func.attributes
+            and ir.StringAttr(func.attributes["sym_visibility"]).value == "private")

@@ -1,0 +1,215 @@
+"""Reading device tile assignments back as named mesh axes.
+
+An ``mhlo.sharding`` names devices, not axes: its tile assignment is an array
+of device ids.  To work with axes we factor that array.  After relabelling
+each device by its position in the mesh's device order, a tile assignment that
+fits the mesh is a transposed iota: its flattened entries are a mixed-radix
+number whose digits are *pieces* ``(stride, size)`` in device-position space.
+Every mesh axis is such a piece too (stride = product of the sizes minor to
+it), so matching the two tells which axes tile which tensor dimension.
+
+The same pieces give the one common mesh for a whole module: every piece's
+boundaries (``stride`` and ``stride * size``) are cut points on the device
+positions, and the mesh is the shortest factorization that has all of them.
+That only exists when the cut points divide one another; otherwise no single
+mesh of full axes expresses all the tile assignments and we say so.
+
+Everything here is numpy over at most N device ids per sharding: linear in the
+device count, independent of tensor sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from stablehlo_spmd.errors import ShardingError
+from stablehlo_spmd.hlo_sharding import HloSharding, format_hlo_sharding
+from stablehlo_spmd.mesh import Mesh
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One mixed-radix digit of a flattened tile array.
+
+    `stride` is its weight in device-position space; `block` is how many flat
+    entries one step of it spans (the product of the sizes minor to it).
+    """
+
+    stride: int
+    size: int
+    block: int
+
+
+def _factor_flat(positions: np.ndarray) -> list[_Piece] | None:
+    """Coarsest pieces (minor first) with ``positions == sum(digit * stride)``, if any.
+
+    Greedy from the minor end: each step extends the current arithmetic run as
+    far as it goes.  Merging two adjacent digits whose strides chain exactly is
+    always valid, so the greedy answer is right whenever an answer exists; the
+    final rebuild checks it.
+    """
+    n = len(positions)
+    if n == 0 or positions[0] != 0:
+        return None
+    pieces: list[_Piece] = []
+    block = 1
+    while block < n:
+        stride = int(positions[block])
+        if stride <= 0:
+            return None
+        size = 2
+        while block * size < n and int(positions[block * size]) == size * stride:
+            size += 1
+        while n % (block * size):
+            size -= 1
+        if size < 2:
+            return None
+        pieces.append(_Piece(stride, size, block))
+        block *= size
+    rebuilt = np.zeros(n, dtype=np.int64)
+    flat_index = np.arange(n)
+    for piece in pieces:
+        rebuilt += ((flat_index // piece.block) % piece.size) * piece.stride
+    if not np.array_equal(rebuilt, positions):
+        return None
+    return pieces
+
+
+def _split_pieces(pieces: list[_Piece], cuts: Iterable[int], space: str) -> list[_Piece] | None:
+    """Split pieces so that no cut falls strictly inside one.
+
+    `space` says what the cuts measure: ``"block"`` (flat positions in the
+    tile array, e.g. its dimension boundaries) or ``"stride"`` (device
+    positions, e.g. mesh axis boundaries).  Either way a piece splits into a
+    minor digit of ``cut / lower`` steps and a major digit with the rest.
+    Returns None when a cut does not divide a piece evenly.
+    """
+    result = list(pieces)
+    for cut in sorted(set(cuts)):
+        next_result = []
+        for piece in result:
+            lower = piece.block if space == "block" else piece.stride
+            upper = lower * piece.size
+            if lower < cut < upper:
+                if cut % lower or upper % cut:
+                    return None
+                minor_size = cut // lower
+                next_result.append(_Piece(piece.stride, minor_size, piece.block))
+                next_result.append(_Piece(piece.stride * minor_size, piece.size // minor_size,
+                                          piece.block * minor_size))
+            else:
+                next_result.append(piece)
+        result = next_result
+    return result
+
+
+def _flat_cuts(dims: Sequence[int]) -> list[int]:
+    """Block boundaries of an array of shape `dims` when flattened row-major."""
+    cuts, block = [], 1
+    for size in reversed(dims):
+        block *= size
+        cuts.append(block)
+    return cuts
+
+
+def _pieces_of(tile_devices: np.ndarray, device_positions: np.ndarray) -> list[_Piece] | None:
+    positions = device_positions[tile_devices.reshape(-1)]
+    pieces = _factor_flat(positions)
+    if pieces is None:
+        return None
+    return _split_pieces(pieces, _flat_cuts(tile_devices.shape), "block")
+
+
+def _tiled_shardings(shardings: Iterable[HloSharding]) -> Iterable[HloSharding]:
+    for sharding in shardings:
+        if sharding.kind == "tuple":
+            yield from _tiled_shardings(sharding.elements)
+        elif sharding.kind == "tiled":
+            yield sharding
+
+
+def infer_mesh(shardings: Iterable[HloSharding], num_devices: int | None = None) -> Mesh:
+    """The shortest mesh on which every tiled sharding is a choice of whole axes.
+
+    Devices fill the mesh in id order, unless some tile assignment is an
+    explicit device list that is not in id order: then the first such list is
+    the mesh's device order, as XLA users who write explicit lists expect.
+    Axes are named ``axis_0`` (major) onwards.
+    """
+    tiled = list(_tiled_shardings(shardings))
+    counts = {s.tile.num_devices for s in tiled}
+    if num_devices is not None:
+        counts.add(num_devices)
+    if len(counts) > 1:
+        raise ShardingError(
+            f"shardings disagree on the device count: {sorted(counts)}")
+    if not counts:
+        raise ShardingError("no tiled sharding and no device count to build a mesh from")
+    count = counts.pop()
+
+    device_order = np.arange(count)
+    for sharding in tiled:
+        if not sharding.tile.is_iota:
+            flat = sharding.tile.device_array().reshape(-1)
+            if not np.array_equal(flat, device_order):
+                device_order = flat
+                break
+    positions = np.empty(count, dtype=np.int64)
+    positions[device_order] = np.arange(count)
+
+    cuts = {1, count}
+    for sharding in tiled:
+        pieces = _pieces_of(sharding.tile.device_array(), positions)
+        if pieces is None:
+            raise ShardingError(
+                f"tile assignment of {format_hlo_sharding(sharding)} is not a transposed iota over the "
+                f"device order {device_order.tolist()}, so it has no named-axis form")
+        for piece in pieces:
+            cuts.update((piece.stride, piece.stride * piece.size))
+    ordered = sorted(cuts)
+    for smaller, larger in zip(ordered, ordered[1:]):
+        if larger % smaller:
+            raise ShardingError(
+                "the tile assignments in this module cannot be expressed as axes of one mesh "
+                f"(device-position boundaries {smaller} and {larger} do not divide)")
+    sizes_minor_first = [b // a for a, b in zip(ordered, ordered[1:])]
+    sizes = tuple(reversed(sizes_minor_first)) or (1,)
+    names = tuple(f"axis_{i}" for i in range(len(sizes)))
+    return Mesh(tuple(int(d) for d in device_order), sizes, names)
+
+
+def tile_dim_axes(tile_devices: np.ndarray, mesh: Mesh) -> list[tuple[str, ...]] | None:
+    """Mesh axes (major to minor) that tile each dimension of `tile_devices`.
+
+    Returns None when the tile array is not a choice of whole axes of `mesh`.
+    """
+    if tile_devices.size != mesh.size:
+        return None
+    pieces = _pieces_of(tile_devices, mesh.device_positions)
+    if pieces is None:
+        return None
+    axis_strides = {}
+    stride = 1
+    for name, size in zip(reversed(mesh.axis_names), reversed(mesh.mesh_shape)):
+        axis_strides[stride] = (name, size)
+        stride *= size
+    pieces = _split_pieces(pieces, axis_strides, "stride")
+    if pieces is None:
+        return None
+
+    dim_of_block = {}
+    block = 1
+    for dim in reversed(range(tile_devices.ndim)):
+        dim_of_block[dim] = (block, block * tile_devices.shape[dim])
+        block *= tile_devices.shape[dim]
+    axes: list[list[str]] = [[] for _ in range(tile_devices.ndim)]
+    for piece in reversed(pieces):  # major first
+        name, size = axis_strides.get(piece.stride, (None, None))
+        if name is None or size != piece.size:
+            return None
+        dim = next(d for d, (lo, hi) in dim_of_block.items() if lo <= piece.block < hi)
+        axes[dim].append(name)
+    return [tuple(a) for a in axes]

@@ -1,0 +1,3 @@
+func.func @f(%arg0: tensor<4xf32>) -> tensor<3xf32> {
+  return %arg0 : tensor<4xf32>
+}
