@@ -12,7 +12,8 @@ A partitionable module carries:
 
 `import_shardy` turns what today's JAX lowers (``sdy.mesh`` ops,
 ``#sdy.sharding`` attributes, ``sdy.sharding_constraint`` ops) into that form,
-so both spellings are accepted as input.  `sharding_attr` builds the string
+so both spellings are accepted as input; `mesh_attr_text` and
+`sdy_sharding_text` write Shardy's spelling back out.  `sharding_attr` builds the string
 attribute for a `Sharding` through a value-keyed cache.
 """
 
@@ -46,6 +47,30 @@ def mesh_attr_text(mesh: Mesh) -> str:
     axes = ", ".join(f'"{n}"={s}' for n, s in zip(mesh.axis_names, mesh.mesh_shape))
     ids = "" if mesh.is_iota else f", device_ids=[{', '.join(map(str, mesh.device_ids))}]"
     return f"#sdy.mesh<[{axes}]{ids}>"
+
+
+def sdy_sharding_text(sharding: Sharding, mesh_name: str = "mesh") -> str:
+    """Shardy's spelling of `sharding`, as JAX lowers it for a mesh named `mesh_name`.
+
+    Open dimensions print as ``{"x", ?}``; a maximal sharding refers to a
+    ``maximal_mesh_<device>`` mesh, as JAX names the one-device meshes it
+    declares for them.  Manual axes have no place in a tensor sharding (Shardy
+    puts them on ``sdy.manual_computation``), so they are refused.
+    """
+    if sharding.manual:
+        raise ShardingError("manual axes cannot be written as an sdy tensor sharding")
+    if sharding.is_maximal:
+        return f"#sdy.sharding<@maximal_mesh_{sharding.maximal_device}, [{', '.join(['{}'] * sharding.rank)}]>"
+
+    def dimension(dim: int, axes: tuple[str, ...]) -> str:
+        names = [f'"{a}"' for a in axes] + (["?"] if dim in sharding.open_dims else [])
+        return "{" + ", ".join(names) + "}"
+
+    dims = ", ".join(dimension(d, axes) for d, axes in enumerate(sharding.dim_axes))
+    unreduced = ""
+    if sharding.unreduced:
+        unreduced = ", unreduced={" + ", ".join(f'"{a}"' for a in sharding.unreduced) + "}"
+    return f"#sdy.sharding<@{mesh_name}, [{dims}]{unreduced}>"
 
 
 def mesh_from_attr(attr: ir.Attribute) -> Mesh:
