@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy, stablehlo
@@ -145,14 +145,8 @@ class ShardedValue:
         return entries.get(attr_name)
 
     def set(self, attr_name: str, value: ir.Attribute | None) -> None:
-        if self.kind == "op":
-            if value is None:
-                if attr_name in self.owner.attributes:
-                    del self.owner.attributes[attr_name]
-            else:
-                self.owner.attributes[attr_name] = value
-            return
-        _set_dict_entry(self.owner, self._array_name(), self.index, attr_name, value)
+        """Set (or, with None, remove) one attribute; use `set_attrs` for many."""
+        set_attrs([(self, attr_name, value)])
 
     def _array_name(self) -> str:
         return "arg_attrs" if self.kind == "argument" else "res_attrs"
@@ -191,22 +185,42 @@ def _dict_entries(func: ir.Operation, array_name: str, index: int) -> dict[str, 
     return {named.name: named.attr for named in dictionary}
 
 
-def _set_dict_entry(func: ir.Operation, array_name: str, index: int,
-                    attr_name: str, value: ir.Attribute | None) -> None:
-    count = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs
-                if array_name == "arg_attrs" else
-                ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).results)
+def set_attrs(updates: Iterable[tuple[ShardedValue, str, ir.Attribute | None]]) -> None:
+    """Apply attribute updates (None removes), rewriting each function's
+    ``arg_attrs``/``res_attrs`` array once however many of its values change:
+    rebuilding the array per value would make annotating n arguments O(n^2)."""
+    per_array: dict[tuple[int, str], tuple[ir.Operation, dict[int, dict[str, ir.Attribute | None]]]] = {}
+    for value, attr_name, attr in updates:
+        if value.kind == "op":
+            if attr is not None:
+                value.owner.attributes[attr_name] = attr
+            elif attr_name in value.owner.attributes:
+                del value.owner.attributes[attr_name]
+            continue
+        key = (id(value.owner), value._array_name())
+        _, changes = per_array.setdefault(key, (value.owner, {}))
+        changes.setdefault(value.index, {})[attr_name] = attr
+    for (_, array_name), (func, changes) in per_array.items():
+        _rewrite_dict_array(func, array_name, changes)
+
+
+def _rewrite_dict_array(func: ir.Operation, array_name: str,
+                        changes: dict[int, dict[str, ir.Attribute | None]]) -> None:
+    function_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    count = len(function_type.inputs if array_name == "arg_attrs" else function_type.results)
     context = func.context
     if array_name in func.attributes:
-        dictionaries = [ir.DictAttr(d) for d in ir.ArrayAttr(func.attributes[array_name])]
+        dictionaries = list(ir.ArrayAttr(func.attributes[array_name]))
     else:
         dictionaries = [ir.DictAttr.get({}, context)] * count
-    entries = {named.name: named.attr for named in dictionaries[index]}
-    if value is None:
-        entries.pop(attr_name, None)
-    else:
-        entries[attr_name] = value
-    dictionaries[index] = ir.DictAttr.get(entries, context)
+    for index, entry_changes in changes.items():
+        entries = {named.name: named.attr for named in ir.DictAttr(dictionaries[index])}
+        for attr_name, attr in entry_changes.items():
+            if attr is None:
+                entries.pop(attr_name, None)
+            else:
+                entries[attr_name] = attr
+        dictionaries[index] = ir.DictAttr.get(entries, context)
     func.attributes[array_name] = ir.ArrayAttr.get(dictionaries, context)
 
 
@@ -312,6 +326,7 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
     if not meshes and not _uses_shardy(module):
         return None
 
+    updates = []
     for value in all_values_with(module, SDY_SHARDING):
         attr = value.get(SDY_SHARDING)
         if value.kind == "op":
@@ -320,8 +335,9 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
             hlo = converted[0] if len(converted) == 1 else HloSharding.tuple_of(converted)
         else:
             hlo = _from_sdy(attr, meshes, mesh, value)
-        value.set(MHLO_SHARDING, sharding_attr(hlo, module.context))
-        value.set(SDY_SHARDING, None)
+        updates.append((value, MHLO_SHARDING, sharding_attr(hlo, module.context)))
+        updates.append((value, SDY_SHARDING, None))
+    set_attrs(updates)
 
     for op in _sdy_constraints(module):
         _replace_constraint(op, meshes, mesh)

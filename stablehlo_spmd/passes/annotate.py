@@ -33,7 +33,7 @@ from stablehlo_spmd.errors import ShardingError, SpmdError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, ShardedValue, all_sharded_values, function_values, functions,
-    import_shardy, module_mesh, num_partitions, read_hlo, sharding_attr, write_mesh)
+    import_shardy, module_mesh, num_partitions, read_hlo, set_attrs, sharding_attr, write_mesh)
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.rules import Rule, RuleSet, load_rules
 from stablehlo_spmd.sharding import Sharding
@@ -59,7 +59,7 @@ class AnnotatePass(ModulePass):
             return
         if not _existing_shardings_fit(module, mesh):
             return
-        used_rules = set()
+        used_rules, updates = set(), []
         for func in functions(module):
             if _is_private(func):
                 continue
@@ -68,7 +68,10 @@ class AnnotatePass(ModulePass):
                 if rule is None:
                     continue
                 used_rules.add(rule)
-                _annotate(value, rule, mesh)
+                attr = _sharding_for(value, rule, mesh)
+                if attr is not None:
+                    updates.append((value, MHLO_SHARDING, attr))
+        set_attrs(updates)
         write_mesh(module, mesh)
         for rule in rule_set.rules:
             if rule not in used_rules:
@@ -137,11 +140,12 @@ def _existing_shardings_fit(module: ir.Operation, mesh: Mesh) -> bool:
     return ok
 
 
-def _annotate(value: ShardedValue, rule: Rule, mesh: Mesh) -> None:
+def _sharding_for(value: ShardedValue, rule: Rule, mesh: Mesh) -> ir.Attribute | None:
+    """The attribute `rule` gives `value`, or None (after reporting why) to leave it."""
     if value.rank is None:
         diagnostics.error(value.location, f"{value.describe()} is matched by {rule.describe()} "
                           f"but has no ranked tensor type ({value.type})")
-        return
+        return None
     try:
         sharding = Sharding.from_spec(mesh, rule.spec, rank=value.rank,
                                       unreduced=rule.unreduced, reduction=rule.reduction)
@@ -151,14 +155,14 @@ def _annotate(value: ShardedValue, rule: Rule, mesh: Mesh) -> None:
                           f"{error.message}")
         if rule.position:
             diagnostics.note(rule.position, f"from {rule.describe()}")
-        return
+        return None
     existing = value.get(MHLO_SHARDING)
     if existing is not None:
         if existing != attr:
             diagnostics.warning(value.location, f"{value.describe()} keeps its existing sharding "
                                 f"{existing}; {rule.describe()} would give {attr}")
-        return
-    value.set(MHLO_SHARDING, attr)
+        return None
+    return attr
 
 
 def _match_name(value: ShardedValue) -> str:
