@@ -116,14 +116,18 @@ def _mlir_diagnostics(error: ir.MLIRError) -> list[tuple[str, str, str]]:
     return result
 
 
+_ARGUMENT_DECLARATION = re.compile(r"%[A-Za-z0-9_$.-]+\s*:")
+
+
 def _locate_named_arguments(module: ir.Operation, text: str, filename: str) -> None:
     """Give name-only argument locations the file position of their declaration.
 
     JAX exports ``%arg0: tensor<..> loc("params['w1']")``: the name is kept, and
     the position where the parser saw ``%arg0`` becomes its child location.
-    Only top-level functions are scanned, and the scan is linear in the text.
+    Only top-level functions are scanned; each signature is read once, left to
+    right (``Value.get_name`` would print the whole module per argument).
     """
-    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    line_starts = None
     for op in module.regions[0].blocks[0].operations:
         if op.operation.name != "func.func" or not op.regions[0].blocks:
             continue
@@ -131,18 +135,16 @@ def _locate_named_arguments(module: ir.Operation, text: str, filename: str) -> N
         if not any(_is_bare_name(a.location) for a in args):
             continue
         symbol = ir.StringAttr(op.attributes["sym_name"]).value
-        header = re.search(r"func\.func\b[^@]*@" + re.escape(symbol) + r"\s*\(", text)
+        header = re.search(r"func\.func\b[^@{]*@" + re.escape(symbol) + r"\s*\(", text)
         if header is None:
             continue
-        cursor = header.end()
-        for arg in args:
-            match = re.compile(re.escape(arg.get_name()) + r"\s*:").search(text, cursor)
-            if match is None:
-                break
-            cursor = match.end()
+        if line_starts is None:
+            line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        declarations = _ARGUMENT_DECLARATION.finditer(text, header.end())
+        for arg, declaration in zip(args, declarations):
             if _is_bare_name(arg.location):
-                line = _line_of(line_starts, match.start())
-                col = match.start() - line_starts[line - 1] + 1
+                line = _line_of(line_starts, declaration.start())
+                col = declaration.start() - line_starts[line - 1] + 1
                 arg.set_location(ir.Location.name(
                     arg.location.name_str, childLoc=ir.Location.file(filename, line, col)))
 
