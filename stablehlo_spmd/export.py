@@ -20,7 +20,6 @@ from stablehlo_spmd.errors import SpmdError
 
 def export(fn: Callable, *example_args: Any, **example_kwargs: Any) -> str:
     """StableHLO text of `fn` traced on the example arguments (arrays or ShapeDtypeStructs)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep PJRT's start-up chatter off stderr
     import jax
 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)

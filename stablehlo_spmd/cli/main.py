@@ -10,8 +10,6 @@ ready for ``stablehlo-spmd-opt --spmd-annotate=rules=...``.  (``run`` and
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from stablehlo_spmd.cli.common import run_cli
@@ -32,8 +30,6 @@ def cli() -> None:
 @click.option("-o", "output_file", default="-", metavar="OUTPUT", help="Output file ('-' is stdout).")
 def export_command(function_ref: str, args_ref: str | None, output_file: str) -> None:
     """Export a JAX function to StableHLO text, arguments named by pytree path."""
-    # Before the user's module imports jax: keep PJRT's start-up chatter off stderr.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     write_output(output_file, export_reference(function_ref, args_ref))
 
 

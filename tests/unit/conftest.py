@@ -1,7 +1,7 @@
 """Shared setup for the unit tests.
 
 JAX is the oracle for partition specs and XLA's own HloSharding for device
-arrays.  XLA reads ``XLA_FLAGS`` once, when jax is first imported, so the
+arrays (the test modules import it themselves).  XLA reads ``XLA_FLAGS`` once, when jax is first imported, so the
 8 host "devices" the JAX meshes need are requested here, before any test
 module imports jax.
 """
@@ -16,7 +16,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402  (must come after XLA_FLAGS is set)
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from jax._src.lib import xla_client as xc  # noqa: E402
 from jax.sharding import AxisType  # noqa: E402
 
 
@@ -29,23 +28,9 @@ def jax_mesh(shape, names, order=None):
     return jax.sharding.Mesh(array, tuple(names), axis_types=(AxisType.Explicit,) * len(names))
 
 
-def xla_device_array(text):
-    """XLA's own device array for sharding text (None for tile-less kinds)."""
-    hlo = xc.HloSharding.from_string(text)
-    if not hlo.is_tiled():
-        return None
-    dims = hlo.tile_assignment_dimensions()
-    return np.array(hlo.tile_assignment_devices(), dtype=np.int64).reshape(dims)
-
-
 @pytest.fixture(scope="session")
 def make_jax_mesh():
     return jax_mesh
-
-
-@pytest.fixture(scope="session")
-def xla_array():
-    return xla_device_array
 
 
 @pytest.fixture(scope="session")
