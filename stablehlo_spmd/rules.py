@@ -10,7 +10,7 @@ partition spec.  Rules come from Python or from a TOML rules file::
     devices = [0, 1, 2, 3, 4, 5, 6, 7]  # optional device order
 
     [[rules]]
-    pattern = "attn\\]\\['w[qkv]'\\]"
+    pattern = "attn'\\]\\['w[qkv]'\\]"
     spec = "(None, 'model')"         # a Python tuple literal: None, 'axis', ('a', 'b')
     unreduced = ["data"]             # optional: partial sums pending over these axes
     reduction = "sum"                # optional: how unreduced partials combine
@@ -102,8 +102,6 @@ def rules_from_python(rules: Iterable[Any], mesh: Mesh | None = None) -> RuleSet
                              f"got {item!r}")
         pattern, spec = item[0], item[1]
         unreduced = item[2] if len(item) == 3 else getattr(spec, "unreduced", ()) or ()
-        if isinstance(unreduced, (set, frozenset)):
-            unreduced = sorted(unreduced)  # sets have no order; make the result deterministic
         built.append(Rule(_check_pattern(pattern, where), _normalize_spec(spec, where),
                           tuple(unreduced)))
     return RuleSet(tuple(built), mesh)
@@ -120,8 +118,9 @@ def _check_pattern(pattern: Any, where: str) -> str:
 
 
 def _normalize_spec(spec: Any, where: str) -> tuple[SpecEntry, ...]:
-    # Any non-string sequence: tuples, lists, jax.sharding.PartitionSpec.
-    if isinstance(spec, (str, bytes)) or not hasattr(spec, "__iter__"):
+    # Tuples, lists and jax.sharding.PartitionSpec (which has `partitions`); a
+    # set or dict would iterate in an order the user never wrote.
+    if not isinstance(spec, (tuple, list)) and not hasattr(spec, "partitions"):
         raise RulesError(f"{where}: spec must be a tuple like (None, 'model'), got {spec!r}")
     entries = []
     for entry in getattr(spec, "partitions", spec):  # a PartitionSpec iterates its partitions
@@ -168,7 +167,7 @@ def parse_rules(text: str, filename: str = "<rules>") -> RuleSet:
     unknown = sorted(set(document) - {"mesh", "rules"})
     if unknown:
         raise RulesError(f"unknown top-level key(s) {', '.join(map(repr, unknown))}; "
-                         "expected [mesh] and [[rules]]", filename)
+                         "expected [mesh] and [[rules]]", _key_position(text, unknown[0], filename))
     mesh = _parse_mesh(document.get("mesh"), text, filename)
     raw_rules = document.get("rules", [])
     if not isinstance(raw_rules, list) or not all(isinstance(r, dict) for r in raw_rules):
@@ -184,11 +183,17 @@ def parse_rules(text: str, filename: str = "<rules>") -> RuleSet:
     return RuleSet(tuple(rules), mesh)
 
 
+def _key_position(text: str, key: str, filename: str) -> str:
+    """Where a top-level key is written: a [table], [[array]] or key = value line."""
+    found = re.search(r"^[ \t]*(\[\[?[ \t]*" + re.escape(key) + r"[ \t]*\]|" + re.escape(key)
+                      + r"[ \t]*=)", text, re.MULTILINE)
+    return f"{filename}:{text.count(chr(10), 0, found.start()) + 1}:1" if found else filename
+
+
 def _parse_mesh(raw: Any, text: str, filename: str) -> Mesh | None:
     if raw is None:
         return None
-    found = re.search(r"^[ \t]*\[[ \t]*mesh[ \t]*\]", text, re.MULTILINE)
-    position = f"{filename}:{text.count(chr(10), 0, found.start()) + 1}:1" if found else filename
+    position = _key_position(text, "mesh", filename)
     if not isinstance(raw, dict):
         raise RulesError("'mesh' must be a table with 'axes' (and optionally 'devices')", position)
     unknown = sorted(set(raw) - {"axes", "devices"})

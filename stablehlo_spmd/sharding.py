@@ -49,6 +49,11 @@ class Sharding:
         object.__setattr__(self, "manual", tuple(self.manual))
         object.__setattr__(self, "open_dims", frozenset(self.open_dims))
         self._check()
+        # Unreduced and manual axes are sets: their order means nothing, so keep
+        # them in mesh order, as XLA lays them out, and equal values compare equal.
+        for field in ("unreduced", "manual"):
+            ordered = tuple(sorted(getattr(self, field), key=self.mesh.axis_index))
+            object.__setattr__(self, field, ordered)
 
     def _check(self) -> None:
         mesh = self.mesh
@@ -104,7 +109,7 @@ class Sharding:
         ``mark_sharding`` requires: a silently padded spec hides typos.
         """
         entries = tuple(getattr(spec, "partitions", spec))  # PartitionSpec: its partitions
-        spec_unreduced = tuple(sorted(getattr(spec, "unreduced", ()) or ()))
+        spec_unreduced = tuple(getattr(spec, "unreduced", ()) or ())
         if rank is not None and len(entries) != rank:
             raise ShardingError(
                 f"partition spec {_spec_text(entries)} has {len(entries)} entries but the "
@@ -151,7 +156,7 @@ class Sharding:
         if hlo.tile.num_devices != mesh.size:
             raise ShardingError(
                 f"sharding uses {hlo.tile.num_devices} devices but the mesh has {mesh.size}")
-        axes = tile_dim_axes(hlo.tile.device_array(), mesh)
+        axes = tile_dim_axes(hlo, mesh)
         if axes is None:
             raise ShardingError(
                 f"sharding's tile assignment is not a choice of whole axes of the mesh "

@@ -115,12 +115,21 @@ def _flat_cuts(dims: Sequence[int]) -> list[int]:
     return cuts
 
 
-def _pieces_of(tile_devices: np.ndarray, device_positions: np.ndarray) -> list[_Piece] | None:
-    positions = device_positions[tile_devices.reshape(-1)]
-    pieces = _factor_flat(positions)
+def _pieces_of(sharding: HloSharding, device_positions: np.ndarray) -> list[_Piece] | None:
+    """Pieces of a tiled sharding's device array, in device-position space.
+
+    Devices inside a replication group are interchangeable, and XLA sorts
+    them by id; sorting them by mesh position instead is what lets a mesh
+    with a permuted device order read its own partially replicated shardings.
+    """
+    positions = device_positions[sharding.tile.device_array()]
+    if "replicated" in sharding.subgroup_kinds:
+        replicated_dim = sharding.data_rank + sharding.subgroup_kinds.index("replicated")
+        positions = np.sort(positions, axis=replicated_dim)
+    pieces = _factor_flat(positions.reshape(-1))
     if pieces is None:
         return None
-    return _split_pieces(pieces, _flat_cuts(tile_devices.shape), "block")
+    return _split_pieces(pieces, _flat_cuts(positions.shape), "block")
 
 
 def _tiled_shardings(shardings: Iterable[HloSharding]) -> Iterable[HloSharding]:
@@ -162,7 +171,7 @@ def infer_mesh(shardings: Iterable[HloSharding], num_devices: int | None = None)
 
     cuts = {1, count}
     for sharding in tiled:
-        pieces = _pieces_of(sharding.tile.device_array(), positions)
+        pieces = _pieces_of(sharding, positions)
         if pieces is None:
             raise ShardingError(
                 f"tile assignment of {format_hlo_sharding(sharding)} is not a transposed iota over the "
@@ -181,14 +190,16 @@ def infer_mesh(shardings: Iterable[HloSharding], num_devices: int | None = None)
     return Mesh(tuple(int(d) for d in device_order), sizes, names)
 
 
-def tile_dim_axes(tile_devices: np.ndarray, mesh: Mesh) -> list[tuple[str, ...]] | None:
-    """Mesh axes (major to minor) that tile each dimension of `tile_devices`.
+def tile_dim_axes(sharding: HloSharding, mesh: Mesh) -> list[tuple[str, ...]] | None:
+    """Mesh axes (major to minor) that tile each dimension of a tiled sharding.
 
-    Returns None when the tile array is not a choice of whole axes of `mesh`.
+    One entry per tile dimension, subgroup dimensions included.  Returns None
+    when the tile assignment is not a choice of whole axes of `mesh`.
     """
-    if tile_devices.size != mesh.size:
+    tile_shape = sharding.tile.dims
+    if sharding.tile.num_devices != mesh.size:
         return None
-    pieces = _pieces_of(tile_devices, mesh.device_positions)
+    pieces = _pieces_of(sharding, mesh.device_positions)
     if pieces is None:
         return None
     axis_strides = {}
@@ -202,10 +213,10 @@ def tile_dim_axes(tile_devices: np.ndarray, mesh: Mesh) -> list[tuple[str, ...]]
 
     dim_of_block = {}
     block = 1
-    for dim in reversed(range(tile_devices.ndim)):
-        dim_of_block[dim] = (block, block * tile_devices.shape[dim])
-        block *= tile_devices.shape[dim]
-    axes: list[list[str]] = [[] for _ in range(tile_devices.ndim)]
+    for dim in reversed(range(len(tile_shape))):
+        dim_of_block[dim] = (block, block * tile_shape[dim])
+        block *= tile_shape[dim]
+    axes: list[list[str]] = [[] for _ in tile_shape]
     for piece in reversed(pieces):  # major first
         name, size = axis_strides.get(piece.stride, (None, None))
         if name is None or size != piece.size:

@@ -1,0 +1,268 @@
+"""Tests for stablehlo_spmd.mesh.Mesh."""
+
+import collections
+import dataclasses
+
+import numpy as np
+import pytest
+
+from stablehlo_spmd.mesh import Mesh
+
+
+# ------------------------------------------------------------ constructors
+
+
+def test_pytorch_xla_positional_constructor():
+    # PyTorch/XLA: Mesh(device_ids, mesh_shape, axis_names), ids as a numpy array.
+    mesh = Mesh(np.array(range(8)), (4, 2), ("data", "model"))
+    assert mesh.device_ids == (0, 1, 2, 3, 4, 5, 6, 7)
+    assert mesh.mesh_shape == (4, 2)
+    assert mesh.axis_names == ("data", "model")
+    assert mesh.size == 8
+    assert mesh.rank == 2
+
+
+def test_constructor_accepts_lists_and_arrays_and_stores_tuples():
+    mesh = Mesh([3, 1, 0, 2], np.array([2, 2]), ["a", "b"])
+    assert mesh.device_ids == (3, 1, 0, 2)
+    assert mesh.mesh_shape == (2, 2)
+    assert mesh.axis_names == ("a", "b")
+    assert all(type(d) is int for d in mesh.device_ids)
+    assert all(type(s) is int for s in mesh.mesh_shape)
+
+
+def test_constructor_accepts_multidimensional_device_array():
+    ids = np.array([[0, 2], [1, 3]])
+    mesh = Mesh(ids, (2, 2), ("x", "y"))
+    assert mesh.device_ids == (0, 2, 1, 3)
+
+
+def test_default_axis_names():
+    mesh = Mesh(range(8), (2, 2, 2))
+    assert mesh.axis_names == ("axis_0", "axis_1", "axis_2")
+
+
+def test_from_string():
+    mesh = Mesh.from_string("data=4,model=2")
+    assert mesh == Mesh(tuple(range(8)), (4, 2), ("data", "model"))
+
+
+def test_from_string_allows_spaces():
+    assert Mesh.from_string(" data = 4 , model = 2 ") == Mesh.from_string("data=4,model=2")
+
+
+def test_from_string_with_device_ids():
+    mesh = Mesh.from_string("a=2,b=2", device_ids=[0, 2, 1, 3])
+    assert mesh.device_ids == (0, 2, 1, 3)
+    assert mesh.devices.tolist() == [[0, 2], [1, 3]]
+
+
+def test_from_string_single_axis():
+    mesh = Mesh.from_string("x=8")
+    assert mesh.mesh_shape == (8,)
+    assert mesh.axis_names == ("x",)
+    assert mesh.device_ids == tuple(range(8))
+
+
+def test_from_axes():
+    mesh = Mesh.from_axes([("data", 2), ("model", 4)])
+    assert mesh == Mesh(tuple(range(8)), (2, 4), ("data", "model"))
+    permuted = Mesh.from_axes([("a", 2), ("b", 2)], device_ids=(3, 2, 1, 0))
+    assert permuted.device_ids == (3, 2, 1, 0)
+
+
+def test_from_axes_rejects_nonpositive_size():
+    with pytest.raises(ValueError, match=r"'model' has size 0.*positive"):
+        Mesh.from_axes([("data", 2), ("model", 0)])
+
+
+def test_from_jax_iota(make_jax_mesh, eight_devices):
+    jmesh = make_jax_mesh((4, 2), ("data", "model"))
+    mesh = Mesh.from_jax(jmesh)
+    assert mesh.axis_names == ("data", "model")
+    assert mesh.mesh_shape == (4, 2)
+    assert mesh.device_ids == tuple(range(8))
+
+
+def test_from_jax_make_mesh():
+    import jax
+
+    jmesh = jax.make_mesh((2, 4), ("x", "y"))
+    mesh = Mesh.from_jax(jmesh)
+    assert mesh.device_ids == tuple(d.id for d in jmesh.devices.flat)
+    assert mesh.shape() == collections.OrderedDict([("x", 2), ("y", 4)])
+
+
+def test_from_jax_keeps_device_order(make_jax_mesh, eight_devices):
+    order = [5, 3, 7, 1, 0, 2, 6, 4]
+    jmesh = make_jax_mesh((2, 2, 2), ("a", "b", "c"), order=order)
+    mesh = Mesh.from_jax(jmesh)
+    assert mesh.device_ids == tuple(order)
+    expected = np.array([[[d.id for d in row] for row in plane] for plane in jmesh.devices])
+    np.testing.assert_array_equal(mesh.devices, expected)
+
+
+# ------------------------------------------------------------------ queries
+
+
+def test_shape_is_ordered_dict_in_mesh_order():
+    mesh = Mesh(range(24), (2, 3, 4), ("z", "a", "m"))
+    shape = mesh.shape()
+    assert isinstance(shape, collections.OrderedDict)
+    assert list(shape.items()) == [("z", 2), ("a", 3), ("m", 4)]
+    # OrderedDict equality is order-sensitive: a reordered dict is not equal.
+    assert shape != collections.OrderedDict([("a", 3), ("z", 2), ("m", 4)])
+
+
+def test_devices_array_iota():
+    mesh = Mesh.from_string("data=4,model=2")
+    np.testing.assert_array_equal(mesh.devices, np.arange(8).reshape(4, 2))
+    assert mesh.devices.shape == (4, 2)
+    assert not mesh.devices.flags.writeable
+
+
+def test_devices_array_permuted():
+    ids = [7, 6, 5, 4, 3, 2, 1, 0]
+    mesh = Mesh(ids, (2, 4), ("a", "b"))
+    np.testing.assert_array_equal(mesh.devices, np.array(ids).reshape(2, 4))
+    # The device at mesh coordinate (i, j) is ids[np.ravel_multi_index((i, j), shape)].
+    for i in range(2):
+        for j in range(4):
+            assert mesh.devices[i, j] == ids[i * 4 + j]
+
+
+def test_device_positions_is_inverse_permutation():
+    ids = [3, 0, 6, 1, 7, 2, 5, 4]
+    mesh = Mesh(ids, (8,), ("x",))
+    positions = mesh.device_positions
+    for position, device in enumerate(ids):
+        assert positions[device] == position
+
+
+def test_axis_queries():
+    mesh = Mesh.from_string("data=4,model=2,pipe=3")
+    assert mesh.axis_index("model") == 1
+    assert mesh.axis_size("pipe") == 3
+    assert mesh.axes_size(["data", "pipe"]) == 12
+    assert mesh.axes_size([]) == 1
+    assert mesh.has_axis("data") and not mesh.has_axis("modle")
+
+
+def test_unknown_axis_query_names_the_axis_and_the_mesh():
+    mesh = Mesh.from_string("data=4,model=2")
+    with pytest.raises(ValueError, match=r"unknown mesh axis 'modle'.*data=4, model=2"):
+        mesh.axis_size("modle")
+
+
+def test_is_iota():
+    assert Mesh.from_string("a=2,b=2").is_iota
+    assert not Mesh.from_string("a=2,b=2", device_ids=[1, 0, 2, 3]).is_iota
+
+
+def test_repr_round_trips():
+    for mesh in (Mesh.from_string("data=4,model=2"),
+                 Mesh((2, 0, 3, 1), (2, 2), ("a", "b"))):
+        assert eval(repr(mesh), {"Mesh": Mesh}) == mesh
+
+
+def test_str_mentions_devices_only_when_permuted():
+    assert str(Mesh.from_string("data=4,model=2")) == "data=4,model=2"
+    permuted = str(Mesh((1, 0), (2,), ("x",)))
+    assert permuted.startswith("x=2") and "[1, 0]" in permuted
+
+
+# --------------------------------------------------------- value semantics
+
+
+def test_equality_across_constructors():
+    a = Mesh(np.arange(8), np.array([4, 2]), ["data", "model"])
+    b = Mesh.from_string("data=4,model=2")
+    c = Mesh.from_axes([("data", 4), ("model", 2)])
+    assert a == b == c
+    assert hash(a) == hash(b) == hash(c)
+    assert len({a, b, c}) == 1
+
+
+def test_inequality():
+    base = Mesh.from_string("data=4,model=2")
+    assert base != Mesh.from_string("data=2,model=4")
+    assert base != Mesh.from_string("data=4,mdl=2")
+    assert base != Mesh.from_string("data=4,model=2", device_ids=[1, 0, 2, 3, 4, 5, 6, 7])
+    assert base != Mesh.from_string("model=2,data=4")
+
+
+def test_usable_as_dict_key():
+    table = {Mesh.from_string("a=2"): "two"}
+    assert table[Mesh((0, 1), (2,), ("a",))] == "two"
+
+
+def test_immutable():
+    mesh = Mesh.from_string("a=2")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mesh.mesh_shape = (1, 2)
+
+
+# -------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    "ids, fragments",
+    [
+        ((0, 0, 1, 2), ["permutation of 0..3", "repeated: [0]", "missing: [3]"]),
+        ((0, 1, 2, 2), ["repeated: [2]", "missing: [3]"]),
+        ((0, 1, 2, 4), ["out of range: [4]", "missing: [3]"]),
+        ((0, 1, 2, -1), ["out of range: [-1]", "missing: [3]"]),
+        ((1, 2, 3, 4), ["missing: [0]", "out of range: [4]"]),
+    ],
+)
+def test_device_ids_must_be_a_permutation(ids, fragments):
+    with pytest.raises(ValueError) as info:
+        Mesh(ids, (2, 2), ("a", "b"))
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_device_ids_wrong_count():
+    with pytest.raises(ValueError, match=r"holds 4 devices but 3 device ids"):
+        Mesh((0, 1, 2), (2, 2), ("a", "b"))
+    with pytest.raises(ValueError, match=r"holds 4 devices but 5 device ids"):
+        Mesh.from_string("a=2,b=2", device_ids=range(5))
+
+
+@pytest.mark.parametrize("size", [0, -2])
+def test_nonpositive_sizes(size):
+    with pytest.raises(ValueError, match=rf"'b' has size {size}; sizes must be positive"):
+        Mesh((), (2, size), ("a", "b"))
+    with pytest.raises(ValueError, match=rf"'b' has size {size}; sizes must be positive"):
+        Mesh.from_string(f"a=2,b={size}")
+
+
+def test_duplicate_axis_names():
+    with pytest.raises(ValueError, match=r"unique; 'a' appears more than once"):
+        Mesh(range(4), (2, 2), ("a", "a"))
+    with pytest.raises(ValueError, match=r"unique; 'data' appears more than once"):
+        Mesh.from_string("data=2,model=2,data=2")
+
+
+def test_name_count_mismatch():
+    with pytest.raises(ValueError, match=r"2 axes .* but 3 names"):
+        Mesh(range(4), (2, 2), ("a", "b", "c"))
+
+
+@pytest.mark.parametrize("name", ["1x", "a-b", "", "a b", 3])
+def test_axis_names_must_be_identifiers(name):
+    with pytest.raises(ValueError, match=r"is not an identifier"):
+        Mesh(range(4), (2, 2), ("ok", name))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["data4", "data=", "=4", "data=4,,model=2", "data=x", "", "data=4;model=2",
+     "data=4,model", "1data=4", "data=2.0"],
+)
+def test_from_string_bad_text(text):
+    with pytest.raises(ValueError) as info:
+        Mesh.from_string(text)
+    message = str(info.value)
+    assert "is not of the form name=size" in message
+    assert repr(text) in message
