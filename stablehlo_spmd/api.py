@@ -19,6 +19,7 @@ from stablehlo_spmd.hlo_sharding import HloSharding, format_hlo_sharding, parse_
 from stablehlo_spmd.ir import make_context, parse_module, print_module
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.passes.annotate import AnnotatePass
+from stablehlo_spmd.passes.propagate import PropagatePass
 from stablehlo_spmd.pipeline import Pipeline, parse_pipeline, run_pipeline
 from stablehlo_spmd.rules import RuleSet, load_rules, rules_from_python
 from stablehlo_spmd.sharding import Sharding
@@ -83,6 +84,11 @@ def annotate(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet =
     """
     rule_set = as_rule_set(rules, as_mesh(mesh) if mesh is not None else None)
     return run_passes(text, Pipeline((AnnotatePass(rules=rule_set),)), filename)
+
+
+def propagate(text: str, filename: str = "<input>", engine: str = "spmd") -> str:
+    """Complete the shardings of an annotated module (GSPMD's sharding completion)."""
+    return run_passes(text, Pipeline((PropagatePass(engine=engine),)), filename)
 
 
 def _surface(engine: DiagnosticEngine) -> None:

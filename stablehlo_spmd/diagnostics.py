@@ -114,6 +114,10 @@ def note(where, message: str) -> Diagnostic:
     return current().note(where, message)
 
 
+def remark(where, message: str) -> Diagnostic:
+    return current().emit("remark", where, message)
+
+
 def from_mlir(diagnostic: "ir.Diagnostic | ir.DiagnosticInfo") -> list[Diagnostic]:
     """MLIR's diagnostic (and its notes) as our values."""
     severity = str(diagnostic.severity).rsplit(".", 1)[-1].lower()

@@ -1,0 +1,206 @@
+"""The op-rule table: for every op, how its tensors' dimensions relate.
+
+This is the one place that knows ops.  Propagation, partitioning and the cost
+model all read an op through its `OpRule`, Shardy's factor model:
+
+* A *factor* is one loop of the op's iteration space, with a size.  Each
+  operand and result dimension is a list of factors, major to minor (one
+  factor normally; several for a reshape that splits or merges dimensions).
+* A factor's *kind* says what sharding it means for data movement:
+  ``PASS_THROUGH`` (sharded alike on every tensor, no communication),
+  ``REDUCTION`` (only on operands: a sharded one leaves a partial result),
+  ``NEED_REPLICATION`` (must stay whole: sort's dimension, a concatenation),
+  ``PERMUTATION`` (operands and results, but data moves along it: slice, pad,
+  reverse, windows; shardable with halos or resharding).
+* `unreduced` says how a partial (unreduced) operand flows: ``JOINT`` ops are
+  linear in all their `linear_operands` together (add, concatenate,
+  reshape: partial in, partial out when every linear operand is partial
+  alike), ``SEPARATE`` ops are linear in each separately (multiply, dot: one
+  partial operand times full ones), ``NONE`` needs full values.
+* `reduction` is the combiner a sharded REDUCTION factor leaves pending:
+  "sum" for dot and reduce-add, "max"/"min" for those reduces.
+
+A rule is built from the op itself (its types and attributes) by a builder
+registered for the op name with `register`; a new op is one builder.  Ops
+whose results are tied to values in regions or other functions (while, if,
+case, call) also register `tied_values`, the pairs of values that must share a
+sharding.  An op with no builder has no rule: propagation replicates it and
+says so at its location.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Callable, Iterable, Sequence
+
+from jaxlib.mlir import ir
+
+
+class FactorKind(enum.Enum):
+    PASS_THROUGH = "pass-through"
+    REDUCTION = "reduction"
+    NEED_REPLICATION = "need-replication"
+    PERMUTATION = "permutation"
+
+
+class UnreducedFlow(enum.Enum):
+    NONE = "none"          # needs full values
+    JOINT = "joint"        # linear in all linear operands together: P op P -> P
+    SEPARATE = "separate"  # linear in each linear operand alone: P op B -> P
+
+
+DimFactors = tuple[int, ...]          # factor ids of one dimension, major to minor
+TensorFactors = tuple[DimFactors, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpRule:
+    factor_sizes: tuple[int, ...]
+    factor_kinds: tuple[FactorKind, ...]
+    operands: tuple[TensorFactors, ...]
+    results: tuple[TensorFactors, ...]
+    unreduced: UnreducedFlow = UnreducedFlow.NONE
+    linear_operands: tuple[int, ...] = ()
+    reduction: str | None = None
+    elementwise: bool = False
+
+    @property
+    def num_factors(self) -> int:
+        return len(self.factor_sizes)
+
+
+class RuleBuilder:
+    """Builds an `OpRule` factor by factor (the shape Shardy's builder has)."""
+
+    def __init__(self, operand_ranks: Sequence[int], result_ranks: Sequence[int]):
+        self._sizes: list[int] = []
+        self._kinds: list[FactorKind] = []
+        self._operands = [[[] for _ in range(rank)] for rank in operand_ranks]
+        self._results = [[[] for _ in range(rank)] for rank in result_ranks]
+
+    def factor(self, size: int, kind: FactorKind = FactorKind.PASS_THROUGH,
+               operand_dims: Sequence[int | None] = (),
+               result_dims: Sequence[int | None] = ()) -> int:
+        """Add a factor; ``operand_dims[i]`` is the dim of operand i it is in (None: absent)."""
+        factor_id = len(self._sizes)
+        self._sizes.append(int(size))
+        self._kinds.append(kind)
+        for tensors, dims in ((self._operands, operand_dims), (self._results, result_dims)):
+            for tensor, dim in zip(tensors, dims):
+                if dim is not None:
+                    tensor[dim].append(factor_id)
+        return factor_id
+
+    def build(self, unreduced: UnreducedFlow = UnreducedFlow.NONE,
+              linear_operands: Iterable[int] = (), reduction: str | None = None,
+              elementwise: bool = False) -> OpRule:
+        freeze = lambda tensors: tuple(tuple(tuple(d) for d in t) for t in tensors)  # noqa: E731
+        return OpRule(tuple(self._sizes), tuple(self._kinds), freeze(self._operands),
+                      freeze(self._results), unreduced, tuple(linear_operands), reduction,
+                      elementwise)
+
+
+# ------------------------------------------------------------------ registry
+
+RuleFn = Callable[[ir.Operation], "OpRule | None"]
+TiesFn = Callable[[ir.Operation], "list[tuple[ir.Value, ir.Value]]"]
+
+_RULES: dict[str, RuleFn] = {}
+_TIES: dict[str, TiesFn] = {}
+
+
+def register(*op_names: str):
+    """Decorator: `fn(op) -> OpRule` is the rule of every op named."""
+    def decorate(fn: RuleFn) -> RuleFn:
+        for name in op_names:
+            if name in _RULES:
+                raise ValueError(f"op {name} already has a rule")
+            _RULES[name] = fn
+        return fn
+    return decorate
+
+
+def register_ties(*op_names: str):
+    """Decorator: `fn(op) -> [(a, b), ...]` pairs of values that share a sharding."""
+    def decorate(fn: TiesFn) -> TiesFn:
+        for name in op_names:
+            _TIES[name] = fn
+        return fn
+    return decorate
+
+
+def _load_families() -> None:
+    # The families register themselves on import.
+    from stablehlo_spmd.op_rules import (  # noqa: F401
+        compute, control, elementwise, indexing, shape_ops, windowed)
+
+
+def rule_for(op: ir.Operation) -> OpRule | None:
+    if not _RULES:
+        _load_families()
+    fn = _RULES.get(op.name)
+    return fn(op) if fn is not None else None
+
+
+def tied_values(op: ir.Operation) -> list[tuple[ir.Value, ir.Value]]:
+    if not _RULES:
+        _load_families()
+    fn = _TIES.get(op.name)
+    return fn(op) if fn is not None else []
+
+
+def has_rule(op_name: str) -> bool:
+    if not _RULES:
+        _load_families()
+    return op_name in _RULES or op_name in _TIES
+
+
+def registered_ops() -> list[str]:
+    if not _RULES:
+        _load_families()
+    return sorted(set(_RULES) | set(_TIES))
+
+
+# ------------------------------------------------------------- shared bits
+
+def shape_of(value: ir.Value) -> tuple[int, ...] | None:
+    value_type = value.type
+    if isinstance(value_type, ir.RankedTensorType):
+        return tuple(value_type.shape)
+    return None
+
+
+def ranks(values) -> list[int]:
+    return [len(shape_of(v) or ()) for v in values]
+
+
+def elementwise_rule(op: ir.Operation, unreduced: UnreducedFlow = UnreducedFlow.NONE,
+                     linear_operands: Iterable[int] = ()) -> OpRule | None:
+    """Every operand and result has the result's shape; dim d is factor d.
+
+    Scalar (rank-0) operands of an op with a ranked result are allowed, as
+    some CHLO and select/clamp forms broadcast them.
+    """
+    shape = shape_of(op.results[0])
+    if shape is None:
+        return None
+    operand_ranks = ranks(op.operands)
+    builder = RuleBuilder(operand_ranks, [len(shape)] * len(op.results))
+    for dim, size in enumerate(shape):
+        builder.factor(size, FactorKind.PASS_THROUGH,
+                       [dim if rank == len(shape) else None for rank in operand_ranks],
+                       [dim] * len(op.results))
+    return builder.build(unreduced, linear_operands, elementwise=True)
+
+
+def int_array(attr: ir.Attribute) -> list[int]:
+    """Dense i64 arrays and ArrayAttrs of integers as a list."""
+    try:
+        return [int(x) for x in ir.DenseI64ArrayAttr(attr)]
+    except (TypeError, ValueError):
+        pass
+    try:
+        return [int(x) for x in ir.DenseIntElementsAttr(attr)]
+    except (TypeError, ValueError):
+        return [int(ir.IntegerAttr(x).value) for x in ir.ArrayAttr(attr)]

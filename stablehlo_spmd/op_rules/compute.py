@@ -1,0 +1,102 @@
+"""Contractions and reductions: dot_general and reduce.
+
+Their REDUCTION factors are where partial (unreduced) values are born: a
+sharded contracting or reduced dimension leaves each device a partial result
+that the reduction kind ("sum", "max", "min") would combine.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from stablehlo_spmd.op_rules import (
+    FactorKind, RuleBuilder, UnreducedFlow, int_array, register, shape_of)
+
+
+@register("stablehlo.dot_general")
+def _dot_general(op: ir.Operation):
+    """``([b,m,k],[b,k,n])->([b,m,n])``, k a sum-reduction; bilinear in its operands."""
+    numbers = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    lhs_batch, rhs_batch = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
+    lhs_contract = list(numbers.lhs_contracting_dimensions)
+    rhs_contract = list(numbers.rhs_contracting_dimensions)
+    lhs_shape, rhs_shape = shape_of(op.operands[0]), shape_of(op.operands[1])
+    builder = RuleBuilder([len(lhs_shape), len(rhs_shape)], [len(shape_of(op.results[0]))])
+    result_dim = 0
+    for lhs_dim, rhs_dim in zip(lhs_batch, rhs_batch):
+        builder.factor(lhs_shape[lhs_dim], FactorKind.PASS_THROUGH, [lhs_dim, rhs_dim], [result_dim])
+        result_dim += 1
+    for lhs_dim, size in enumerate(lhs_shape):
+        if lhs_dim not in lhs_batch and lhs_dim not in lhs_contract:
+            builder.factor(size, FactorKind.PASS_THROUGH, [lhs_dim, None], [result_dim])
+            result_dim += 1
+    for rhs_dim, size in enumerate(rhs_shape):
+        if rhs_dim not in rhs_batch and rhs_dim not in rhs_contract:
+            builder.factor(size, FactorKind.PASS_THROUGH, [None, rhs_dim], [result_dim])
+            result_dim += 1
+    for lhs_dim, rhs_dim in zip(lhs_contract, rhs_contract):
+        builder.factor(lhs_shape[lhs_dim], FactorKind.REDUCTION, [lhs_dim, rhs_dim], [None])
+    return builder.build(UnreducedFlow.SEPARATE, (0, 1), reduction="sum")
+
+
+_COMBINERS = {"stablehlo.add": "sum", "stablehlo.maximum": "max", "stablehlo.minimum": "min"}
+
+
+def reduction_kind(op: ir.Operation) -> str | None:
+    """"sum"/"max"/"min" when the body is that one binary op on its arguments."""
+    body = op.regions[0].blocks[0]
+    operations = list(body.operations)
+    if len(operations) != 2 or len(body.arguments) != 2:
+        return None
+    combine, terminator = operations
+    if terminator.operands[0] != combine.results[0]:
+        return None
+    if {combine.operands[0], combine.operands[1]} != set(body.arguments):
+        return None
+    return _COMBINERS.get(combine.name)
+
+
+def is_zero_constant(value: ir.Value) -> bool:
+    owner = value.owner
+    if not isinstance(owner, ir.Operation) and hasattr(owner, "operation"):
+        owner = owner.operation
+    if getattr(owner, "name", None) != "stablehlo.constant":
+        return False
+    attr = owner.attributes["value"]
+    try:
+        if isinstance(attr, ir.DenseFPElementsAttr):
+            return attr.is_splat and float(attr.get_splat_value().value) == 0.0
+        if isinstance(attr, ir.DenseIntElementsAttr):
+            return attr.is_splat and int(attr.get_splat_value().value) == 0
+    except (TypeError, ValueError):
+        return False
+    return False
+
+
+@register("stablehlo.reduce")
+def _reduce(op: ir.Operation):
+    """``([i,j,k],[])->([i,k])``, j reduced.  Variadic: every input alike.
+
+    A reduce whose body is not one add/max/min (argmax's variadic reduce, say)
+    cannot leave partial results, so its reduced dims must stay whole.  A
+    reduce-sum with a zero init is linear in its input, so a partial input
+    gives a partial result.
+    """
+    count = len(op.results)
+    inputs = list(op.operands)[:count]
+    shape = shape_of(inputs[0])
+    reduced = set(int_array(op.attributes["dimensions"]))
+    kind = reduction_kind(op) if count == 1 else None
+    builder = RuleBuilder([len(shape)] * count + [0] * count, [len(shape) - len(reduced)] * count)
+    result_dim = 0
+    for dim, size in enumerate(shape):
+        if dim in reduced:
+            factor_kind = FactorKind.REDUCTION if kind else FactorKind.NEED_REPLICATION
+            builder.factor(size, factor_kind, [dim] * count, [None] * count)
+        else:
+            builder.factor(size, FactorKind.PASS_THROUGH, [dim] * count, [result_dim] * count)
+            result_dim += 1
+    linear = kind == "sum" and is_zero_constant(op.operands[1])
+    return builder.build(UnreducedFlow.JOINT if linear else UnreducedFlow.NONE,
+                         (0,) if linear else (), reduction=kind)

@@ -1,0 +1,94 @@
+"""Control flow, calls and sharding constraints.
+
+Values that are the same tensor seen from two places (a while carry as
+operand, block argument, yielded value and result; a call's operand and its
+callee's argument) must share a sharding: `tied_values` lists those pairs
+and propagation treats each as an identity.  `optimization_barrier` and the
+sharding constraints are identities op by op.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from stablehlo_spmd.op_rules import (
+    FactorKind, RuleBuilder, UnreducedFlow, register, register_ties, shape_of)
+
+
+@register("stablehlo.optimization_barrier")
+def _barrier(op: ir.Operation):
+    """Operand i is result i, dimension by dimension."""
+    shapes = [shape_of(v) or () for v in op.operands]
+    builder = RuleBuilder([len(s) for s in shapes], [len(s) for s in shapes])
+    for index, shape in enumerate(shapes):
+        for dim, size in enumerate(shape):
+            dims = [None] * len(shapes)
+            dims[index] = dim
+            builder.factor(size, FactorKind.PASS_THROUGH, dims, dims)
+    return builder.build(UnreducedFlow.JOINT, range(len(shapes)))
+
+
+@register("stablehlo.custom_call", "sdy.sharding_constraint")
+def _constraint(op: ir.Operation):
+    """A ``@Sharding`` constraint is an identity whose result sharding is the user's.
+
+    Other custom calls are opaque: no rule, so they are replicated with a warning.
+    """
+    if op.name == "stablehlo.custom_call":
+        target = ir.StringAttr(op.attributes["call_target_name"]).value
+        if target != "Sharding" or len(op.operands) != 1:
+            return None
+    shape = shape_of(op.results[0]) or ()
+    builder = RuleBuilder([len(shape)], [len(shape)])
+    for dim, size in enumerate(shape):
+        builder.factor(size, FactorKind.PASS_THROUGH, [dim], [dim])
+    return builder.build(UnreducedFlow.JOINT, (0,))
+
+
+def _terminator(block: ir.Block) -> ir.Operation:
+    operations = block.operations
+    return operations[len(operations) - 1]
+
+
+@register_ties("stablehlo.while")
+def _while_ties(op: ir.Operation):
+    condition, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    yielded = _terminator(body).operands
+    ties = []
+    for index, operand in enumerate(op.operands):
+        result = op.results[index]
+        ties += [(operand, result), (result, condition.arguments[index]),
+                 (result, body.arguments[index]), (result, yielded[index])]
+    return ties
+
+
+@register_ties("stablehlo.if", "stablehlo.case")
+def _branch_ties(op: ir.Operation):
+    ties = []
+    for region in op.regions:
+        yielded = _terminator(region.blocks[0]).operands
+        ties += [(result, yielded[index]) for index, result in enumerate(op.results)]
+    return ties
+
+
+@register_ties("func.call")
+def _call_ties(op: ir.Operation):
+    callee = _lookup_function(op, ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+    if callee is None or not callee.regions[0].blocks:
+        return []
+    entry = callee.regions[0].blocks[0]
+    returned = _terminator(entry).operands
+    ties = [(operand, entry.arguments[i]) for i, operand in enumerate(op.operands)]
+    ties += [(result, returned[i]) for i, result in enumerate(op.results)]
+    return ties
+
+
+def _lookup_function(op: ir.Operation, name: str) -> ir.Operation | None:
+    module = op.operation
+    while module.name != "builtin.module":
+        module = module.parent
+    for candidate in module.regions[0].blocks[0].operations:
+        if (candidate.operation.name == "func.func"
+                and ir.StringAttr(candidate.attributes["sym_name"]).value == name):
+            return candidate.operation
+    return None

@@ -1,0 +1,362 @@
+"""``spmd-propagate``: complete the shardings of every value in a module.
+
+The pass reads the module once into the solver's graph (`propagation.py`):
+one node per op with its `OpRule`, one identity node per pair of tied values
+(while carries, call arguments, branch results, function results), and the
+user's shardings pinned: function arguments and results, ``custom_call
+@Sharding`` constraints, and any op that already carries ``mhlo.sharding``.
+After solving it writes ``mhlo.sharding`` on every op with tensor results and
+on every function argument and result, and inserts a marked reshard
+(``custom_call @Sharding`` to the summed value) wherever a partial value
+meets a consumer that needs it whole: this is where the partitioner will put
+the all-reduce or reduce-scatter, and nowhere earlier.
+
+Options:
+  engine   "spmd" (this solver) or "shardy" (jaxlib's sdy-propagation-pipeline,
+           converted back to mhlo.sharding; see `shardy_engine.py`)
+  explain  emit a remark per value: its sharding and the chain it came through
+  origins  also write that chain as a ``spmd.origin`` string attribute
+
+An op with no rule is replicated, with a warning at its location.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from stablehlo_spmd import diagnostics, op_rules
+from stablehlo_spmd.errors import ShardingError
+from stablehlo_spmd.hlo_sharding import HloSharding
+from stablehlo_spmd.ir import source_position
+from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.module_shardings import (
+    MHLO_SHARDING, SHARDING_TARGET, ShardedValue, function_values, functions, import_shardy,
+    module_mesh, read_hlo, set_attrs, sharding_attr, write_mesh)
+from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
+from stablehlo_spmd.passes import ModulePass, register_pass
+from stablehlo_spmd.propagation import NO_VALUE, Node, Propagator
+from stablehlo_spmd.sharding import Sharding
+
+_NO_RULE_NEEDED = {"func.func", "func.return", "stablehlo.return", "builtin.module", "sdy.mesh"}
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class PropagatePass(ModulePass):
+    name: ClassVar[str] = "spmd-propagate"
+    description: ClassVar[str] = "give every value a sharding (GSPMD sharding completion)"
+
+    engine: str = "spmd"
+    explain: bool = False
+    origins: bool = False
+
+    def run(self, module: ir.Operation) -> None:
+        if self.engine not in ("spmd", "shardy"):
+            diagnostics.error(module.location, f"unknown propagation engine '{self.engine}' "
+                              "(expected 'spmd' or 'shardy')")
+            return
+        import_shardy(module)
+        try:
+            mesh = module_mesh(module)
+        except ShardingError as error:
+            diagnostics.error(error.location or module.location, error.message)
+            return
+        if mesh is None:
+            diagnostics.error(module.location, "spmd-propagate needs a mesh: run spmd-annotate "
+                              "first, or give the module mhlo.sharding annotations")
+            return
+        if self.engine == "shardy":
+            from stablehlo_spmd.passes.shardy_engine import run_shardy_propagation
+            run_shardy_propagation(module, mesh)
+            return
+        graph = _Graph.build(module, mesh)
+        if graph is None:
+            return
+        graph.solver.run()
+        graph.write(module, mesh, self.explain, self.origins)
+
+
+class _Graph:
+    """The solver's graph plus what is needed to write its answer back."""
+
+    def __init__(self, mesh: Mesh):
+        self.ids: dict[ir.Value, int] = {}
+        self.shapes: list[tuple[int, ...]] = []
+        self.describe_fns: list = []
+        self.nodes: list[Node] = []
+        self.node_ops: list[ir.Operation | None] = []
+        self.pins: list[tuple[int, Sharding, str]] = []
+        self.result_slots: list[tuple[ShardedValue, int, bool]] = []  # (result, value id, annotated)
+        self.return_ops: dict[int, tuple[ir.Operation, list[int]]] = {}
+        self.mesh = mesh
+        self.solver: Propagator | None = None
+
+    # ---------------------------------------------------------------- build
+
+    @classmethod
+    def build(cls, module: ir.Operation, mesh: Mesh) -> "_Graph | None":
+        graph = cls(mesh)
+        ok = True
+        for func in functions(module):
+            ok &= graph._add_function(func)
+        if not ok:
+            return None
+        graph.solver = Propagator(mesh, graph.shapes, graph.nodes)
+        for value, sharding, annotation in graph.pins:
+            graph.solver.pin(value, sharding, annotation)
+        return graph
+
+    def _value(self, value: ir.Value, describe) -> int:
+        found = self.ids.get(value)
+        if found is not None:
+            return found
+        value_type = value.type
+        if not isinstance(value_type, ir.RankedTensorType):
+            return NO_VALUE
+        index = len(self.shapes)
+        self.ids[value] = index
+        self.shapes.append(tuple(value_type.shape))
+        self.describe_fns.append(describe)
+        return index
+
+    def _virtual(self, shape: tuple[int, ...], describe) -> int:
+        self.shapes.append(shape)
+        self.describe_fns.append(describe)
+        return len(self.shapes) - 1
+
+    def _add_function(self, func: ir.Operation) -> bool:
+        if not func.regions[0].blocks:
+            return True
+        entry = func.regions[0].blocks[0]
+        symbol = ir.StringAttr(func.attributes["sym_name"]).value
+        ok = True
+        values = list(function_values(func))
+        arguments = [v for v in values if v.kind == "argument"]
+        for value, block_arg in zip(arguments, entry.arguments):
+            label = f"argument #{value.index}" + (f" '{value.name}'" if value.name else "") \
+                + f" of @{symbol}"
+            index = self._value(block_arg, _fixed(label))
+            ok &= self._pin_existing(value, index, label)
+            if index != NO_VALUE:
+                self.result_slots.append((value, index, value.get(MHLO_SHARDING) is not None))
+        self._add_block_ops(entry)
+        terminator = entry.operations[len(entry.operations) - 1]
+        returned = []
+        for value in (v for v in values if v.kind == "result"):
+            label = f"result #{value.index}" + (f" '{value.name}'" if value.name else "") \
+                + f" of @{symbol}"
+            operand = terminator.operands[value.index]
+            source = self._value(operand, _fixed(f"returned value #{value.index} of @{symbol}"))
+            if source == NO_VALUE:
+                returned.append(NO_VALUE)
+                continue
+            virtual = self._virtual(self.shapes[source], _fixed(label))
+            self._add_tie(source, virtual, None)
+            ok &= self._pin_existing(value, virtual, label)
+            self.result_slots.append((value, virtual, value.get(MHLO_SHARDING) is not None))
+            returned.append(virtual)
+        self.return_ops[len(self.return_ops)] = (terminator, returned)
+        return ok
+
+    def _pin_existing(self, value: ShardedValue, index: int, label: str) -> bool:
+        try:
+            hlo = read_hlo(value)
+        except ShardingError as error:
+            diagnostics.error(error.location or value.location, error.message)
+            return False
+        if hlo is None or index == NO_VALUE or hlo.kind == "unknown":
+            return True
+        try:
+            sharding = Sharding.from_hlo(hlo, self.mesh, len(self.shapes[index]))
+        except ShardingError as error:
+            diagnostics.error(value.location, f"{label}: {error.message}")
+            return False
+        self.pins.append((index, sharding, f"the annotation on {label}"))
+        return True
+
+    def _add_block_ops(self, block: ir.Block) -> None:
+        for op in block.operations:
+            op = op.operation
+            name = op.name
+            for region in op.regions:
+                for inner in region.blocks:
+                    for position, argument in enumerate(inner.arguments):
+                        self._value(argument, _fixed(f"block argument #{position} of {name}"))
+            for position, result in enumerate(op.results):
+                self._value(result, _op_result(op, position))
+            if name not in _NO_RULE_NEEDED:
+                self._add_op(op)
+            for region in op.regions:
+                for inner in region.blocks:
+                    self._add_block_ops(inner)
+
+    def _add_op(self, op: ir.Operation) -> None:
+        for a, b in op_rules.tied_values(op):
+            self._add_tie(self._value(a, None), self._value(b, None), op)
+        rule = op_rules.rule_for(op)
+        if rule is None:
+            if not op_rules.has_rule(op.name) or op.name == "stablehlo.custom_call":
+                self._replicate_unknown(op)
+            return
+        if len(rule.operands) != len(op.operands) or len(rule.results) != len(op.results):
+            self._replicate_unknown(op)
+            return
+        operands = [self.ids.get(v, NO_VALUE) for v in op.operands]
+        results = [self.ids.get(v, NO_VALUE) for v in op.results]
+        self.nodes.append(Node(rule, operands, results, op.name, None,
+                               is_broadcast=op.name == "stablehlo.broadcast_in_dim"))
+        self.node_ops.append(op)
+        if MHLO_SHARDING in op.attributes:
+            self._pin_op(op, results)
+
+    def _pin_op(self, op: ir.Operation, results: list[int]) -> None:
+        value = ShardedValue("op", op, 0, None, op.location, op.results[0].type)
+        try:
+            hlo = read_hlo(value)
+        except ShardingError as error:
+            diagnostics.error(error.location or op.location, error.message)
+            return
+        elements = hlo.elements if hlo.kind == "tuple" else (hlo,)
+        label = "the sharding constraint" if _is_constraint(op) else f"the sharding on {op.name}"
+        where = source_position(op.location)
+        label += f" at {where}" if where else ""
+        for index, element in zip(results, elements):
+            if index == NO_VALUE or element.kind == "unknown":
+                continue
+            try:
+                self.pins.append((index, Sharding.from_hlo(element, self.mesh,
+                                                           len(self.shapes[index])), label))
+            except ShardingError as error:
+                diagnostics.error(op.location, f"op '{op.name}': {error.message}")
+
+    def _replicate_unknown(self, op: ir.Operation) -> None:
+        diagnostics.warning(op.location, f"no sharding rule for '{op.name}': its results are "
+                            "replicated and its operands will be gathered")
+        for result in op.results:
+            index = self.ids.get(result, NO_VALUE)
+            if index != NO_VALUE:
+                rank = len(self.shapes[index])
+                self.pins.append((index, Sharding.replicated(self.mesh, rank),
+                                  f"the fallback for '{op.name}', which has no rule"))
+
+    def _add_tie(self, a: int, b: int, op: ir.Operation | None) -> None:
+        if a == NO_VALUE or b == NO_VALUE or self.shapes[a] != self.shapes[b]:
+            return
+        shape = self.shapes[a]
+        builder = RuleBuilder([len(shape)], [len(shape)])
+        for dim, size in enumerate(shape):
+            builder.factor(size, FactorKind.PASS_THROUGH, [dim], [dim])
+        self.nodes.append(Node(builder.build(UnreducedFlow.NONE), [a], [b], "tie", None,
+                               is_tie=True))
+        self.node_ops.append(op)
+
+    # ---------------------------------------------------------------- write
+
+    def write(self, module: ir.Operation, mesh: Mesh, explain: bool, origins: bool) -> None:
+        solver = self.solver
+        context = module.context
+        updates = []
+        for value, index, annotated in self.result_slots:
+            if not annotated:
+                sharding = _summed(solver.sharding(index))
+                updates.append((value, MHLO_SHARDING, sharding_attr(sharding, context)))
+        set_attrs(updates)
+        for node_index, (node, op) in enumerate(zip(self.nodes, self.node_ops)):
+            if node.is_tie or op is None or not op.results:
+                continue
+            if _is_constraint(op) or MHLO_SHARDING in op.attributes:
+                continue
+            op.attributes[MHLO_SHARDING] = self._result_attr(node, context)
+        self._insert_reshards(module)
+        write_mesh(module, mesh)
+        if explain or origins:
+            self._explain(explain, origins)
+
+    def _result_attr(self, node: Node, context) -> ir.Attribute:
+        shardings = [self.solver.sharding(r) if r != NO_VALUE else None for r in node.results]
+        if len(shardings) == 1 and shardings[0] is not None:
+            return sharding_attr(shardings[0], context)
+        elements = [s.to_hlo() if s is not None else HloSharding.replicated() for s in shardings]
+        return sharding_attr(HloSharding.tuple_of(elements), context)
+
+    def _insert_reshards(self, module: ir.Operation) -> None:
+        """A marked reshard before every use of a partial value that needs the sum."""
+        solver = self.solver
+        for node_index, (node, op) in enumerate(zip(self.nodes, self.node_ops)):
+            if node.is_tie or op is None:
+                continue
+            for position, value in enumerate(node.operands):
+                if value == NO_VALUE or not solver.states[value].unreduced:
+                    continue
+                if not solver.accepts_unreduced(node_index, position):
+                    self._reshard_use(op, position, value)
+        for op in self._tie_ops():
+            for position, operand in enumerate(op.operands):
+                value = self.ids.get(operand, NO_VALUE)
+                if value != NO_VALUE and solver.states[value].unreduced:
+                    self._reshard_use(op, position, value)
+        for terminator, returned in self.return_ops.values():
+            for position, virtual in enumerate(returned):
+                value = self.ids.get(terminator.operands[position], NO_VALUE)
+                if value == NO_VALUE or not solver.states[value].unreduced:
+                    continue
+                if solver.states[virtual].unreduced != solver.states[value].unreduced:
+                    self._reshard_use(terminator, position, value)
+
+    def _tie_ops(self) -> list[ir.Operation]:
+        seen, ops = set(), []
+        for node, op in zip(self.nodes, self.node_ops):
+            if node.is_tie and op is not None and id(op) not in seen:
+                seen.add(id(op))
+                ops.append(op)
+        return ops
+
+    def _reshard_use(self, op: ir.Operation, position: int, value: int) -> None:
+        operand = op.operands[position]
+        summed = _summed(self.solver.sharding(value))
+        with ir.InsertionPoint(op), op.location:
+            call = stablehlo.CustomCallOp([operand.type], [operand], SHARDING_TARGET)
+        call.operation.attributes[MHLO_SHARDING] = sharding_attr(summed, op.context)
+        op.operands[position] = call.results[0]
+
+    def _explain(self, explain: bool, origins: bool) -> None:
+        solver = self.solver
+
+        def describe(value: int) -> str:
+            return self.describe_fns[value](value) if self.describe_fns[value] else f"value {value}"
+
+        for node, op in zip(self.nodes, self.node_ops):
+            if node.is_tie or op is None or not node.results or node.results[0] == NO_VALUE:
+                continue
+            chain = solver.explain(node.results[0], describe)
+            text = " <- ".join(chain)
+            if explain:
+                diagnostics.remark(op.location, text)
+            if origins:
+                op.attributes["spmd.origin"] = ir.StringAttr.get(text, op.context)
+
+
+def _summed(sharding: Sharding) -> Sharding:
+    return dataclasses.replace(sharding, unreduced=(), reduction="sum")
+
+
+def _is_constraint(op: ir.Operation) -> bool:
+    return (op.name == "sdy.sharding_constraint" or
+            (op.name == "stablehlo.custom_call"
+             and ir.StringAttr(op.attributes["call_target_name"]).value == SHARDING_TARGET))
+
+
+def _fixed(text: str):
+    return lambda _value: text
+
+
+def _op_result(op: ir.Operation, position: int):
+    def describe(_value: int) -> str:
+        where = source_position(op.location)
+        result = f" result #{position}" if len(op.results) > 1 else ""
+        return f"{op.name}{result}" + (f" at {where}" if where else "")
+    return describe

@@ -1,0 +1,381 @@
+"""Sharding completion: give every value a sharding from a few annotations.
+
+This module is the solver, over a plain graph with no MLIR in it: values
+(shapes) and nodes (an `OpRule` and the value ids it reads and writes).  The
+`spmd-propagate` pass builds the graph from a module, runs `Propagator`, and
+writes the answer back.  Keeping the solver apart keeps it fast (ints and
+tuples, not IR handles) and testable on its own.
+
+How a node propagates (Shardy's factor propagation):
+
+1. *Project*: each tensor dimension's axes are dealt out to the dimension's
+   factors, major to minor; a factor takes axes while they divide what is
+   left of it (the minor-most factor may take an uneven last axis).
+2. *Resolve*: per factor, the candidates from all tensors agree when one is
+   a prefix of another (the longest wins); otherwise the one from the larger
+   tensor wins, ties going to the first.  An axis can serve one factor only,
+   the factor whose winner came from the larger tensor keeping it.
+   NEED_REPLICATION factors take no axes.
+3. *Refine*: each tensor dimension may only grow: its axes become the
+   factors' axes when its current axes are a prefix of them.  User shardings
+   are closed (never change) except their open dimensions.
+4. *Partial values*: a sharded REDUCTION factor of a sum (dot, reduce-add)
+   leaves the results unreduced on its axes; an op that is linear in its
+   operands (`UnreducedFlow`) passes unreduced operands on.  Unreduced sets
+   only grow and only flow forward.  Max/min reductions finish their
+   reduction at once (``mhlo.sharding`` has no spelling for a pending max,
+   and nothing downstream is linear in one).
+
+Nodes run from a worklist until nothing changes, in three stages as the
+issue and Shardy's op-priority propagation order them: element-wise ops and
+ties first, then every op except broadcasts in the forward direction, then
+everything.  Every change only extends a sharding, so it terminates, and the
+work is linear in the graph times the (small) number of refinements.
+
+Each value remembers the node and the neighbouring value its sharding came
+from, so `explain` can walk the chain back to the user's annotation.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Sequence
+
+from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow
+from stablehlo_spmd.sharding import Sharding
+
+Axes = tuple[str, ...]
+NO_VALUE = -1
+
+
+@dataclasses.dataclass
+class Node:
+    rule: OpRule
+    operands: list[int]
+    results: list[int]
+    label: str               # op name, or "tie" for identities between tied values
+    position: str | None     # file:line:col of the op, for explanations
+    is_broadcast: bool = False
+    is_tie: bool = False
+
+
+@dataclasses.dataclass
+class ValueState:
+    dims: list[Axes]
+    unreduced: Axes = ()
+    reduction: str = "sum"
+    closed_dims: frozenset[int] = frozenset()  # dims nothing may change
+    pinned: bool = False                         # a user sharding: unreduced fixed too
+
+
+@dataclasses.dataclass(frozen=True)
+class Origin:
+    """Why a value has its sharding: a user annotation, or a node and a neighbour."""
+
+    annotation: str | None = None
+    node: int | None = None
+    source: int | None = None
+
+
+class Propagator:
+    STAGES = ("pass-through", "all-but-broadcast-forward", "all")
+
+    def __init__(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]], nodes: Sequence[Node]):
+        self.mesh = mesh
+        self.shapes = list(shapes)
+        self.nodes = list(nodes)
+        self.sizes = [_element_count(s) for s in self.shapes]
+        self.axis_size = dict(zip(mesh.axis_names, mesh.mesh_shape))
+        self.axis_order = {name: i for i, name in enumerate(mesh.axis_names)}
+        self.states = [ValueState([()] * len(s)) for s in self.shapes]
+        self.origins: list[Origin | None] = [None] * len(self.shapes)
+        self.users: list[list[int]] = [[] for _ in self.shapes]
+        for index, node in enumerate(self.nodes):
+            for value in (*node.operands, *node.results):
+                if value != NO_VALUE:
+                    self.users[value].append(index)
+
+    # ------------------------------------------------------------- inputs
+
+    def pin(self, value: int, sharding: Sharding, annotation: str) -> None:
+        """A user sharding: closed dims stay as given; open dims may be refined."""
+        rank = len(self.shapes[value])
+        self.states[value] = ValueState(
+            list(sharding.dim_axes), sharding.unreduced, sharding.reduction,
+            frozenset(range(rank)) - sharding.open_dims, pinned=True)
+        self.origins[value] = Origin(annotation=annotation)
+
+    # ---------------------------------------------------------------- run
+
+    def run(self) -> None:
+        for stage in range(len(self.STAGES)):
+            active = [i for i, node in enumerate(self.nodes) if self._in_stage(node, stage)]
+            self._run_stage(active, stage)
+
+    def _in_stage(self, node: Node, stage: int) -> bool:
+        return stage > 0 or node.is_tie or node.rule.elementwise
+
+    def _run_stage(self, active: list[int], stage: int) -> None:
+        active_set = set(active)
+        queue = collections.deque(active)
+        queued = set(active)
+        while queue:
+            index = queue.popleft()
+            queued.discard(index)
+            for value in self._propagate(index, stage):
+                for user in self.users[value]:
+                    if user in active_set and user not in queued:
+                        queued.add(user)
+                        queue.append(user)
+
+    # ------------------------------------------------------ one node's step
+
+    def _propagate(self, index: int, stage: int) -> list[int]:
+        node = self.nodes[index]
+        rule = node.rule
+        tensors = [(v, dims) for v, dims in zip(node.operands, rule.operands)] + \
+                  [(v, dims) for v, dims in zip(node.results, rule.results)]
+        winners = self._resolve(rule, tensors)
+        forward_allowed = not (node.is_broadcast and stage == 1)
+        changed = []
+        operand_count = len(node.operands)
+        for position, (value, dim_factors) in enumerate(tensors):
+            if value == NO_VALUE or (position >= operand_count and not forward_allowed):
+                continue
+            if self._refine(value, dim_factors, rule, winners, index):
+                changed.append(value)
+        if forward_allowed and node.results:
+            changed += self._flow_unreduced(node, index, winners)
+        return changed
+
+    def _resolve(self, rule: OpRule, tensors) -> list[tuple[Axes, int, int]]:
+        """Per factor: (axes, weight, source value) of the winning candidate."""
+        best: list[tuple[Axes, int, int]] = [((), -1, NO_VALUE)] * rule.num_factors
+        for value, dim_factors in tensors:
+            if value == NO_VALUE:
+                continue
+            state = self.states[value]
+            weight = self.sizes[value]
+            for dim, factors in enumerate(dim_factors):
+                axes = state.dims[dim] if dim < len(state.dims) else ()
+                if not axes or not factors:
+                    continue
+                for factor, factor_axes in self._project(axes, factors, rule):
+                    current = best[factor]
+                    if not current[0]:
+                        best[factor] = (factor_axes, weight, value)
+                    elif _is_prefix(current[0], factor_axes):
+                        best[factor] = (factor_axes, max(weight, current[1]), value)
+                    elif _is_prefix(factor_axes, current[0]):
+                        continue
+                    elif weight > current[1]:
+                        best[factor] = (factor_axes, weight, value)
+        kinds = rule.factor_kinds
+        order = sorted((f for f in range(rule.num_factors) if best[f][0]),
+                       key=lambda f: (-best[f][1], f))
+        used: set[str] = set()
+        for factor in order:
+            axes, weight, source = best[factor]
+            if kinds[factor] is FactorKind.NEED_REPLICATION:
+                best[factor] = ((), -1, NO_VALUE)
+                continue
+            kept = []
+            for axis in axes:
+                if axis in used:
+                    break
+                kept.append(axis)
+            used.update(kept)
+            best[factor] = (tuple(kept), weight, source)
+        return best
+
+    def _project(self, axes: Axes, factors: tuple[int, ...], rule: OpRule):
+        """Deal a dimension's axes out to its factors, major to minor."""
+        sizes = rule.factor_sizes
+        result = []
+        k, remaining, taken = 0, sizes[factors[0]], []
+        last = len(factors) - 1
+        for axis in axes:
+            size = self.axis_size[axis]
+            while remaining == 1 and k < last:
+                if taken:
+                    result.append((factors[k], tuple(taken)))
+                k += 1
+                remaining, taken = sizes[factors[k]], []
+            if remaining % size == 0:
+                taken.append(axis)
+                remaining //= size
+            elif k == last and remaining > 1:
+                taken.append(axis)  # an uneven split of the minor-most factor: padded later
+                remaining = 1
+            else:
+                break
+        if taken:
+            result.append((factors[k], tuple(taken)))
+        return result
+
+    def _refine(self, value: int, dim_factors, rule: OpRule, winners, node_index: int) -> bool:
+        state = self.states[value]
+        sizes = rule.factor_sizes
+        used = set(state.unreduced)
+        for axes in state.dims:
+            used.update(axes)
+        new_dims = None
+        source = NO_VALUE
+        for dim, factors in enumerate(dim_factors):
+            if dim in state.closed_dims or not factors:
+                continue
+            proposed: list[str] = []
+            for factor in factors:
+                axes = winners[factor][0]
+                proposed.extend(axes)
+                if _product(self.axis_size, axes) < sizes[factor]:
+                    break
+            current = state.dims[dim]
+            if len(proposed) <= len(current) or tuple(proposed[:len(current)]) != current:
+                continue
+            extension = []
+            for axis in proposed[len(current):]:
+                if axis in used:
+                    break
+                extension.append(axis)
+            if not extension:
+                continue
+            used.update(extension)
+            if new_dims is None:
+                new_dims = list(state.dims)
+            new_dims[dim] = current + tuple(extension)
+            if source == NO_VALUE:
+                source = next((winners[f][2] for f in factors if winners[f][0]), NO_VALUE)
+        if new_dims is None:
+            return False
+        state.dims = new_dims
+        self.origins[value] = Origin(node=node_index, source=source)
+        return True
+
+    def _flow_unreduced(self, node: Node, index: int, winners) -> list[int]:
+        rule = node.rule
+        pending: set[str] = set()
+        kind = None
+        if rule.reduction == "sum":
+            for factor, factor_kind in enumerate(rule.factor_kinds):
+                if factor_kind is FactorKind.REDUCTION and winners[factor][0]:
+                    if self._operands_carry(node, factor, winners[factor][0]):
+                        pending.update(winners[factor][0])
+                        kind = rule.reduction
+        flowed, flowed_kind = self._linear_flow(node)
+        if flowed:
+            if kind is not None and flowed_kind != kind:
+                return []
+            pending.update(flowed)
+            kind = flowed_kind
+        if not pending:
+            return []
+        changed = []
+        for value in node.results:
+            if value == NO_VALUE:
+                continue
+            state = self.states[value]
+            if state.pinned:
+                continue
+            in_dims = {a for axes in state.dims for a in axes}
+            grown = (pending - in_dims) | set(state.unreduced)
+            if len(grown) == len(state.unreduced) or (state.unreduced and state.reduction != kind):
+                continue
+            state.unreduced = tuple(sorted(grown, key=self.axis_order.__getitem__))
+            state.reduction = kind
+            source = next((v for v in node.operands if v != NO_VALUE and self.states[v].unreduced),
+                          node.operands[0] if node.operands else NO_VALUE)
+            self.origins[value] = Origin(node=index, source=source)
+            changed.append(value)
+        return changed
+
+    def _operands_carry(self, node: Node, factor: int, axes: Axes) -> bool:
+        """Every operand holding a REDUCTION factor is really sharded on its axes."""
+        for value, dim_factors in zip(node.operands, node.rule.operands):
+            for dim, factors in enumerate(dim_factors):
+                if factor in factors:
+                    if value == NO_VALUE or not set(axes) <= set(self.states[value].dims[dim]):
+                        return False
+        return True
+
+    def _linear_flow(self, node: Node) -> tuple[set[str], str | None]:
+        rule = node.rule
+        if rule.unreduced is UnreducedFlow.NONE:
+            return set(), None
+        linear = [node.operands[i] for i in rule.linear_operands if i < len(node.operands)]
+        others = [v for i, v in enumerate(node.operands) if i not in rule.linear_operands]
+        if any(v != NO_VALUE and self.states[v].unreduced for v in others):
+            return set(), None
+        partial = [self.states[v] for v in linear if v != NO_VALUE and self.states[v].unreduced]
+        if not partial:
+            return set(), None
+        if rule.unreduced is UnreducedFlow.JOINT:
+            if len(partial) != len(linear):
+                return set(), None
+            first = partial[0]
+            if any(p.unreduced != first.unreduced or p.reduction != first.reduction
+                   for p in partial):
+                return set(), None
+            return set(first.unreduced), first.reduction
+        if len(partial) != 1 or partial[0].reduction != "sum":
+            return set(), None
+        return set(partial[0].unreduced), "sum"
+
+    # ------------------------------------------------------------ outputs
+
+    def sharding(self, value: int) -> Sharding:
+        state = self.states[value]
+        return Sharding(self.mesh, tuple(state.dims), unreduced=state.unreduced,
+                        reduction=state.reduction if state.unreduced else "sum")
+
+    def accepts_unreduced(self, node_index: int, operand: int) -> bool:
+        """Whether node keeps operand's partial value partial (else it needs the sum)."""
+        node = self.nodes[node_index]
+        value = node.operands[operand]
+        state = self.states[value]
+        if not state.unreduced or node.rule.unreduced is UnreducedFlow.NONE:
+            return not state.unreduced
+        if operand not in node.rule.linear_operands:
+            return False
+        return all(set(state.unreduced) <= set(self.states[r].unreduced)
+                   for r in node.results if r != NO_VALUE)
+
+    def explain(self, value: int, describe) -> list[str]:
+        """The chain from `value` back to an annotation, one line per step."""
+        lines, seen = [], set()
+        while value is not None and value != NO_VALUE and value not in seen:
+            seen.add(value)
+            origin = self.origins[value]
+            sharding = self.sharding(value)
+            if origin is None:
+                lines.append(f"{describe(value)}: {sharding} (no annotation reaches it)")
+                break
+            if origin.annotation is not None:
+                lines.append(f"{describe(value)}: {sharding} from {origin.annotation}")
+                break
+            node = self.nodes[origin.node]
+            where = f" at {node.position}" if node.position else ""
+            via = "tied to" if node.is_tie else f"through {node.label}{where} from"
+            lines.append(f"{describe(value)}: {sharding} {via} {describe(origin.source)}")
+            value = origin.source
+        return lines
+
+
+def _is_prefix(prefix: Axes, axes: Axes) -> bool:
+    return len(prefix) <= len(axes) and axes[:len(prefix)] == prefix
+
+
+def _product(axis_size: dict[str, int], axes) -> int:
+    result = 1
+    for axis in axes:
+        result *= axis_size[axis]
+    return result
+
+
+def _element_count(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
