@@ -233,11 +233,16 @@ def read_hlo(value: ShardedValue) -> HloSharding | None:
         raise _located(value, f"{value.describe()}: {MHLO_SHARDING} must be a string, got {attr}")
     text = ir.StringAttr(attr).value
     try:
-        return parse_hlo_sharding(text)
+        return _parse_cached(text)
     except ShardingSyntaxError as error:
         column = f" at column {error.column}" if error.column else ""
         raise _located(value, f"{value.describe()}: invalid {MHLO_SHARDING} {text!r}{column}: "
                               f"{error.message}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> HloSharding:
+    return parse_hlo_sharding(text)  # errors are raised, not cached
 
 
 def _located(value: ShardedValue, message: str) -> ShardingError:

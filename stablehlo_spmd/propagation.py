@@ -91,6 +91,12 @@ class Propagator:
         self.axis_order = {name: i for i, name in enumerate(mesh.axis_names)}
         self.states = [ValueState([()] * len(s)) for s in self.shapes]
         self.origins: list[Origin | None] = [None] * len(self.shapes)
+        # A node's step depends only on its values' states (and, for a
+        # broadcast, on the stage's direction): a node none of whose values
+        # changed since its last step has nothing new to say.
+        self._dirty = set(range(len(self.nodes)))
+        self._projections: dict[tuple, list] = {}
+        self._shardings: dict[tuple, Sharding] = {}
         self.users: list[list[int]] = [[] for _ in self.shapes]
         for index, node in enumerate(self.nodes):
             for value in (*node.operands, *node.results):
@@ -119,26 +125,37 @@ class Propagator:
 
     def _run_stage(self, active: list[int], stage: int) -> None:
         active_set = set(active)
-        queue = collections.deque(active)
-        queued = set(active)
+        if stage == 2:  # broadcasts may now propagate forward too
+            self._dirty.update(i for i in active if self.nodes[i].is_broadcast)
+        queue = collections.deque(i for i in active if i in self._dirty)
+        queued = set(queue)
+        dirty = self._dirty
         while queue:
             index = queue.popleft()
             queued.discard(index)
-            for value in self._propagate(index, stage):
+            dirty.discard(index)
+            node = self.nodes[index]
+            forward_allowed = not (node.is_broadcast and stage == 1)
+            for value in self._propagate(index, forward_allowed):
                 for user in self.users[value]:
-                    if user in active_set and user not in queued:
+                    if user != index:
+                        dirty.add(user)
+                    if user in active_set and user not in queued and user != index:
                         queued.add(user)
                         queue.append(user)
 
     # ------------------------------------------------------ one node's step
 
-    def _propagate(self, index: int, stage: int) -> list[int]:
+    def _propagate(self, index: int, forward_allowed: bool) -> list[int]:
         node = self.nodes[index]
         rule = node.rule
         tensors = [(v, dims) for v, dims in zip(node.operands, rule.operands)] + \
                   [(v, dims) for v, dims in zip(node.results, rule.results)]
+        states = self.states
+        if not any(v != NO_VALUE and (states[v].unreduced or any(states[v].dims))
+                   for v, _ in tensors):
+            return []
         winners = self._resolve(rule, tensors)
-        forward_allowed = not (node.is_broadcast and stage == 1)
         changed = []
         operand_count = len(node.operands)
         for position, (value, dim_factors) in enumerate(tensors):
@@ -162,7 +179,11 @@ class Propagator:
                 axes = state.dims[dim] if dim < len(state.dims) else ()
                 if not axes or not factors:
                     continue
-                for factor, factor_axes in self._project(axes, factors, rule):
+                key = (axes, factors, rule.factor_sizes)
+                projection = self._projections.get(key)
+                if projection is None:
+                    projection = self._projections[key] = self._project(axes, factors, rule)
+                for factor, factor_axes in projection:
                     current = best[factor]
                     if not current[0]:
                         best[factor] = (factor_axes, weight, value)
@@ -218,23 +239,29 @@ class Propagator:
     def _refine(self, value: int, dim_factors, rule: OpRule, winners, node_index: int) -> bool:
         state = self.states[value]
         sizes = rule.factor_sizes
-        used = set(state.unreduced)
-        for axes in state.dims:
-            used.update(axes)
+        used = None
         new_dims = None
         source = NO_VALUE
         for dim, factors in enumerate(dim_factors):
-            if dim in state.closed_dims or not factors:
+            if not factors or dim in state.closed_dims:
                 continue
-            proposed: list[str] = []
-            for factor in factors:
-                axes = winners[factor][0]
-                proposed.extend(axes)
-                if _product(self.axis_size, axes) < sizes[factor]:
-                    break
+            if len(factors) == 1:
+                proposed = winners[factors[0]][0]
+            else:
+                proposed = []
+                for factor in factors:
+                    axes = winners[factor][0]
+                    proposed.extend(axes)
+                    if _product(self.axis_size, axes) < sizes[factor]:
+                        break
+                proposed = tuple(proposed)
             current = state.dims[dim]
-            if len(proposed) <= len(current) or tuple(proposed[:len(current)]) != current:
+            if len(proposed) <= len(current) or proposed[:len(current)] != current:
                 continue
+            if used is None:
+                used = set(state.unreduced)
+                for axes in state.dims:
+                    used.update(axes)
             extension = []
             for axis in proposed[len(current):]:
                 if axis in used:
@@ -326,9 +353,14 @@ class Propagator:
     # ------------------------------------------------------------ outputs
 
     def sharding(self, value: int) -> Sharding:
+        """The value's sharding; equal states share one `Sharding` object."""
         state = self.states[value]
-        return Sharding(self.mesh, tuple(state.dims), unreduced=state.unreduced,
-                        reduction=state.reduction if state.unreduced else "sum")
+        key = (tuple(state.dims), state.unreduced, state.reduction if state.unreduced else "sum")
+        found = self._shardings.get(key)
+        if found is None:
+            found = self._shardings[key] = Sharding(self.mesh, key[0], unreduced=key[1],
+                                                    reduction=key[2])
+        return found
 
     def accepts_unreduced(self, node_index: int, operand: int) -> bool:
         """Whether node keeps operand's partial value partial (else it needs the sum)."""

@@ -74,7 +74,13 @@ def is_zero_constant(value: ir.Value) -> bool:
     return False
 
 
-@register("stablehlo.reduce")
+def _reduce_signature(op: ir.Operation):
+    count = len(op.results)
+    body = tuple(o.name for o in op.regions[0].blocks[0].operations)
+    return body, reduction_kind(op) if count == 1 else None, is_zero_constant(op.operands[count])
+
+
+@register("stablehlo.reduce", signature=_reduce_signature)
 def _reduce(op: ir.Operation):
     """``([i,j,k],[])->([i,k])``, j reduced.  Variadic: every input alike.
 

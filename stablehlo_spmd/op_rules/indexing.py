@@ -1,4 +1,205 @@
-"""Data-dependent indexing and ordering: gather, scatter, sort.
+"""Data-dependent indexing and ordering: gather, scatter, sort, top_k.
 
-(Being written: see the op-rule table's docstring for the model.)
+Gather and scatter share one walk (Shardy's ``addGatherScatterFactors``,
+restated in this project's model).  Call the gathered result, or the
+scatter's updates, the *slices* tensor.  Each slices dim is either
+
+* an *offset* (window) dim, which ranges over an operand dim that is neither
+  collapsed nor a batching dim, taken in order: a dim the slice covers whole
+  is one PASS_THROUGH factor of operand and slices; a partial one cannot
+  follow the operand's sharding (the slice starts at a data-dependent
+  offset), see below; or
+* a *batch* dim, which ranges over a dim of the indices (skipping
+  ``index_vector_dim``): PASS_THROUGH with the indices, and with the
+  operand's batching dim too when it is an explicit batching dim.
+
+Then every collapsed (gather) or inserted (scatter) operand dim gets a factor
+of the operand alone, and the indices' ``index_vector_dim``, if present, a
+NEED_REPLICATION factor of its own (the coordinates of one index stay
+together).
 """
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from stablehlo_spmd.op_rules import (
+    FactorKind, RuleBuilder, UnreducedFlow, int_array, ranks, register)
+from stablehlo_spmd.op_rules.compute import reduction_kind
+from stablehlo_spmd.op_rules.windowed import static_shape, static_shapes
+
+PASS, NEED, REDUCE = FactorKind.PASS_THROUGH, FactorKind.NEED_REPLICATION, FactorKind.REDUCTION
+
+
+def _walk(input_shape, slices_shape, indices_rank, index_vector_dim, offset_dims,
+          collapsed_dims, input_batching_dims, indices_batching_dims, is_scatter,
+          batch_kind, add):
+    """Calls ``add(size, kind, input_dim, indices_dim, slices_dim)`` for every
+    factor of a gather or scatter (None: the tensor does not have it)."""
+    input_dim = 0
+    batch_position = 0
+    for slices_dim, slices_size in enumerate(slices_shape):
+        if slices_dim in offset_dims:
+            while input_dim in collapsed_dims or input_dim in input_batching_dims:
+                input_dim += 1
+            input_size = input_shape[input_dim]
+            if input_size == slices_size:
+                add(input_size, PASS, input_dim, None, slices_dim)
+            elif is_scatter:
+                # Updates land at data-dependent offsets: both sides whole.
+                add(input_size, NEED, input_dim, None, None)
+                add(slices_size, NEED, None, None, slices_dim)
+            elif slices_size == 1:
+                # A one-element window is a collapsed dim that kept its place:
+                # a sharded operand dim gives a masked local gather whose
+                # results are summed across devices.
+                add(input_size, REDUCE, input_dim, None, None)
+                add(slices_size, NEED, None, None, slices_dim)
+            else:
+                add(input_size, NEED, input_dim, None, slices_dim)
+            input_dim += 1
+        else:
+            indices_dim = batch_position if batch_position < index_vector_dim else batch_position + 1
+            if indices_dim in indices_batching_dims:
+                batching_input_dim = input_batching_dims[indices_batching_dims.index(indices_dim)]
+                add(slices_size, PASS, batching_input_dim, indices_dim, slices_dim)
+            else:
+                add(slices_size, batch_kind, None, indices_dim, slices_dim)
+            batch_position += 1
+    for dim in collapsed_dims:
+        size = input_shape[dim]
+        if is_scatter:
+            kind = PASS
+        else:
+            kind = NEED if size == 1 else REDUCE
+        add(size, kind, dim, None, None)
+    if index_vector_dim < indices_rank:
+        add(None, NEED, None, index_vector_dim, None)
+
+
+@register("stablehlo.gather")
+def _gather(op: ir.Operation):
+    """``(operand, start_indices) -> result``, the result being the slices.
+
+    A collapsed operand dim (and an offset dim of slice size 1) of size > 1
+    is a REDUCTION factor of the operand alone: each device gathers from its
+    shard, with zeros where an index falls outside it, and the partial
+    results are summed.  A collapsed dim of size 1 NEED_REPLICATION, there
+    being nothing to shard.  An offset dim sliced short of its operand dim
+    is one NEED_REPLICATION factor of both (the operand's size).
+
+    Linear in the operand; the indices must be whole.
+    """
+    shapes = static_shapes([op.operands[0], op.operands[1], op.results[0]])
+    if shapes is None:
+        return None
+    input_shape, indices_shape, result_shape = shapes
+    numbers = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    builder = RuleBuilder([len(input_shape), len(indices_shape)], [len(result_shape)])
+    kinds = []
+
+    def add(size, kind, input_dim, indices_dim, slices_dim):
+        if size is None:
+            size = indices_shape[indices_dim]
+        kinds.append(kind)
+        builder.factor(size, kind, [input_dim, indices_dim], [slices_dim])
+
+    _walk(input_shape, result_shape, len(indices_shape), numbers.index_vector_dim,
+          list(numbers.offset_dims), list(numbers.collapsed_slice_dims),
+          list(numbers.operand_batching_dims), list(numbers.start_indices_batching_dims),
+          False, PASS, add)
+    reduces = any(kind is REDUCE for kind in kinds)
+    return builder.build(UnreducedFlow.JOINT, (0,), reduction="sum" if reduces else None)
+
+
+def _overwrites(op: ir.Operation) -> bool:
+    """The scatter body returns the update: ``x.at[i].set(v)``."""
+    body = op.regions[0].blocks[0]
+    operations = list(body.operations)
+    return (len(operations) == 1 and len(body.arguments) == 2
+            and operations[0].operands[0] == body.arguments[1])
+
+
+@register("stablehlo.scatter")
+def _scatter(op: ir.Operation):
+    """``(inputs..., scatter_indices, updates...) -> results...``, N inputs,
+    N updates and N results, all inputs (and all updates) alike.
+
+    Results have the inputs' factors.  An update window dim covering its
+    input dim is PASS_THROUGH of input, update and result; one that covers
+    part of it is a NEED_REPLICATION factor of input and result and another
+    of the update.  An inserted window dim is PASS_THROUGH of input and
+    result: each device applies the updates that land in its shard.  An
+    update scatter dim that is not an explicit batching dim lives only in
+    indices and updates: a device holding part of the updates scatters those
+    into its input and the results are combined, so it is a REDUCTION factor
+    when the body is one add/max/min (the combiner, `reduction`), else
+    NEED_REPLICATION.  (Shardy also accepts multiply and logical and/or
+    bodies and variadic ones with a common combiner; this project's
+    unreduced values combine by sum, max or min only.)
+
+    A scatter-add is linear in inputs and updates together; so is an
+    overwriting scatter whose indices are unique (with repeated indices each
+    device might keep a different update).
+    """
+    count = len(op.results)
+    shapes = static_shapes(list(op.operands) + list(op.results))
+    if shapes is None:
+        return None
+    input_shape, indices_shape, update_shape = shapes[0], shapes[count], shapes[count + 1]
+    numbers = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+    kind = reduction_kind(op) if count == 1 else None
+    builder = RuleBuilder(ranks(op.operands), ranks(op.results))
+
+    def add(size, factor_kind, input_dim, indices_dim, update_dim):
+        if size is None:
+            size = indices_shape[indices_dim]
+        builder.factor(size, factor_kind,
+                       [input_dim] * count + [indices_dim] + [update_dim] * count,
+                       [input_dim] * count)
+
+    _walk(input_shape, update_shape, len(indices_shape), numbers.index_vector_dim,
+          list(numbers.update_window_dims), list(numbers.inserted_window_dims),
+          list(numbers.input_batching_dims), list(numbers.scatter_indices_batching_dims),
+          True, REDUCE if kind else NEED, add)
+    linear = count == 1 and (kind == "sum" or (
+        _overwrites(op) and "unique_indices" in op.attributes
+        and ir.BoolAttr(op.attributes["unique_indices"]).value))
+    if linear:
+        return builder.build(UnreducedFlow.JOINT, (0, 2), reduction=kind)
+    return builder.build(reduction=kind)
+
+
+@register("stablehlo.sort")
+def _sort(op: ir.Operation):
+    """All operands and results share one shape: the sorted dim
+    NEED_REPLICATION, every other dim PASS_THROUGH.  Sorting is not linear."""
+    shape = static_shape(op.operands[0])
+    if shape is None:
+        return None
+    axis = ir.IntegerAttr(op.attributes["dimension"]).value
+    count = len(op.operands)
+    builder = RuleBuilder([len(shape)] * count, [len(shape)] * count)
+    for dim, size in enumerate(shape):
+        builder.factor(size, NEED if dim == axis else PASS, [dim] * count, [dim] * count)
+    return builder.build()
+
+
+@register("chlo.top_k")
+def _top_k(op: ir.Operation):
+    """``([i,n]) -> ([i,k], [i,k])`` (values, indices): the batch dims are
+    PASS_THROUGH; the last dim is one NEED_REPLICATION factor of size n shared
+    by the operand and both results, as Shardy has for ``mhlo.topk``.
+
+    Shardy makes it pass-through when k equals n; here it always needs
+    replication, since top_k then sorts the whole dim.
+    """
+    shape = static_shape(op.operands[0])
+    if shape is None or not shape:
+        return None
+    last = len(shape) - 1
+    builder = RuleBuilder([len(shape)], [len(shape)] * len(op.results))
+    for dim, size in enumerate(shape):
+        builder.factor(size, NEED if dim == last else PASS, [dim], [dim] * len(op.results))
+    return builder.build()

@@ -1,5 +1,417 @@
 """Ops that move data along a dimension: slicing, padding, concatenation,
 reversal, windows (reduce_window, select_and_scatter, convolution).
 
-(Being written: see the op-rule table's docstring for the model.)
+The factor structure of each op follows Shardy's registry
+(``op_sharding_rule_registry.cc``), restated here in this project's model:
+
+* A dimension the op leaves alone (same size, no offset, no window) is one
+  PASS_THROUGH factor shared by every tensor that has it.
+* A dimension whose elements move (a slice, a pad, a reversal, a window) is
+  one PERMUTATION factor shared by operand and result: it can stay sharded,
+  at the price of a halo exchange or a shift between devices.
+* A dimension that only a whole tensor can produce (the sliced dimension of a
+  dynamic slice, whose offset is known only at run time) NEED_REPLICATION.
+
+Where one factor spans dimensions of different sizes (operand 8 sliced to 5)
+it takes the *larger* size, so a sharding that fits either tensor's dimension
+fits the factor.  Shardy does the same for slice, dynamic_slice and
+concatenate (the operand, or the result, is the larger there); for pad and
+reduce_window it uses the operand's and the result's size respectively,
+whichever that is; this module uses the larger one for them too, so that no
+tensor's own sharding is refused by a factor smaller than its dimension.
+
+Shardy's "conservative propagation" mode and its "blocked propagation" flag
+have no counterpart in this project's model: the rules here are Shardy's
+non-conservative ones, and a blocked factor is simply its kind.
 """
+
+from __future__ import annotations
+
+import types
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from stablehlo_spmd.op_rules import (
+    FactorKind, RuleBuilder, UnreducedFlow, int_array, ranks, register)
+from stablehlo_spmd.op_rules.compute import is_zero_constant, reduction_kind
+
+PASS, PERM, NEED = FactorKind.PASS_THROUGH, FactorKind.PERMUTATION, FactorKind.NEED_REPLICATION
+
+
+# ------------------------------------------------------------------ helpers
+
+def static_shape(value: ir.Value) -> tuple[int, ...] | None:
+    """The shape of a ranked tensor with no dynamic dimension, else None."""
+    value_type = value.type
+    if not isinstance(value_type, ir.RankedTensorType) or not value_type.has_static_shape:
+        return None
+    return tuple(value_type.shape)
+
+
+def static_shapes(values) -> list[tuple[int, ...]] | None:
+    shapes = [static_shape(v) for v in values]
+    return None if any(s is None for s in shapes) else shapes
+
+
+def producer(value: ir.Value) -> ir.Operation | None:
+    """The op that defines `value`; None for a block argument."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation
+
+
+def is_zero_scalar(value: ir.Value) -> bool:
+    """A zero constant, seen through the scalar-to-scalar broadcasts and
+    converts JAX puts around reduce_window's init value."""
+    while True:
+        owner = producer(value)
+        if owner is None:
+            return False
+        if owner.name in ("stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape") \
+                and static_shape(owner.operands[0]) == ():
+            value = owner.operands[0]
+            continue
+        return is_zero_constant(value)
+
+
+def region_kind(op: ir.Operation, index: int) -> str | None:
+    """`reduction_kind` of region `index` (it reads region 0 only)."""
+    return reduction_kind(types.SimpleNamespace(regions=[op.regions[index]]))
+
+
+def optional_array(op: ir.Operation, name: str, rank: int, default: int) -> list[int]:
+    if name in op.attributes:
+        return int_array(op.attributes[name])
+    return [default] * rank
+
+
+def padding_pairs(op: ir.Operation, rank: int) -> list[tuple[int, int]]:
+    """A window op's ``padding`` attribute (a rank x 2 tensor) as (low, high) pairs."""
+    if "padding" not in op.attributes:
+        return [(0, 0)] * rank
+    flat = int_array(op.attributes["padding"])
+    if not flat:
+        return [(0, 0)] * rank
+    return [(flat[2 * d], flat[2 * d + 1]) for d in range(rank)]
+
+
+def _per_dim(op: ir.Operation, operand_shape, result_shape, moved,
+             kind: FactorKind = PERM):
+    """Operand 0 and every result share one factor per dim: PASS_THROUGH where
+    `moved(dim)` is false, else `kind` with the larger of the two sizes."""
+    builder = RuleBuilder(ranks(op.operands), ranks(op.results))
+    other_operands = [None] * (len(op.operands) - 1)
+    for dim, (in_size, out_size) in enumerate(zip(operand_shape, result_shape)):
+        factor_kind = kind if moved(dim) else PASS
+        builder.factor(max(in_size, out_size), factor_kind, [dim] + other_operands,
+                       [dim] * len(op.results))
+    return builder
+
+
+# ---------------------------------------------------------- slices and pads
+
+@register("stablehlo.slice")
+def _slice(op: ir.Operation):
+    """``([i,j])->([i,j'])``, j' a strided sub-range of j: a PERMUTATION
+    factor of j's size (the static offset is known, so the data can be
+    shifted to keep it sharded).  Linear in its operand."""
+    shapes = static_shapes([op.operands[0], op.results[0]])
+    if shapes is None:
+        return None
+    operand_shape, result_shape = shapes
+    builder = _per_dim(op, operand_shape, result_shape,
+                       lambda d: operand_shape[d] != result_shape[d])
+    return builder.build(UnreducedFlow.JOINT, (0,))
+
+
+@register("stablehlo.pad")
+def _pad(op: ir.Operation):
+    """``([i,j],[])->([i,j'])``: padded dims are PERMUTATION factors; the
+    padding value is a scalar with no factor.
+
+    A dim counts as padded when any of its low/high/interior padding is not
+    zero.  (Shardy compares sizes instead, which calls low=1, high=-1 a
+    pass-through although it shifts every element by one.)  Linear in the
+    operand only when the padding value is zero: a partial sum padded with
+    anything else would add the padding once per device.
+    """
+    shapes = static_shapes([op.operands[0], op.results[0]])
+    if shapes is None:
+        return None
+    operand_shape, result_shape = shapes
+    low = int_array(op.attributes["edge_padding_low"])
+    high = int_array(op.attributes["edge_padding_high"])
+    interior = int_array(op.attributes["interior_padding"])
+    builder = _per_dim(op, operand_shape, result_shape,
+                       lambda d: (low[d], high[d], interior[d]) != (0, 0, 0))
+    if is_zero_scalar(op.operands[1]):
+        return builder.build(UnreducedFlow.JOINT, (0,))
+    return builder.build()
+
+
+@register("stablehlo.reverse")
+def _reverse(op: ir.Operation):
+    """Reversed dims are PERMUTATION factors (a sharded one swaps shards
+    end for end), the others PASS_THROUGH."""
+    shape = static_shape(op.results[0])
+    if shape is None:
+        return None
+    reversed_dims = set(int_array(op.attributes["dimensions"]))
+    builder = _per_dim(op, shape, shape, lambda d: d in reversed_dims)
+    return builder.build(UnreducedFlow.JOINT, (0,))
+
+
+def _slice_source(value: ir.Value) -> ir.Value:
+    """The tensor `value` was sliced from, or `value` itself."""
+    owner = producer(value)
+    if owner is not None and owner.name == "stablehlo.slice":
+        return owner.operands[0]
+    return value
+
+
+@register("stablehlo.concatenate")
+def _concatenate(op: ir.Operation):
+    """``([i,j1],[i,j2])->([i,j1+j2])``: every dim but the concatenated one
+    is PASS_THROUGH across all operands and the result.
+
+    The concatenated dim is one factor of the result's size, shared by all.
+    As in Shardy it is a PERMUTATION factor when the operands are pieces of
+    one tensor rearranged -- all of them slices, or each the same tensor `x`
+    or a slice of it, at least one a slice (``jnp.roll``, circular padding,
+    halo building) -- because then a sharded result only needs data shifted
+    between neighbouring devices.  Concatenating unrelated tensors along a
+    sharded dim would need every operand resharded onto devices that hold
+    other operands' ranges, so there it is NEED_REPLICATION.
+
+    Linear in all operands together.
+    """
+    shapes = static_shapes(list(op.operands) + [op.results[0]])
+    if shapes is None:
+        return None
+    result_shape = shapes[-1]
+    axis = ir.IntegerAttr(op.attributes["dimension"]).value
+    operands = list(op.operands)
+    if all(producer(v) is not None and producer(v).name == "stablehlo.slice" for v in operands):
+        axis_kind = PERM
+    else:
+        source = _slice_source(operands[0])
+        same_source = all(_slice_source(v) == source for v in operands)
+        any_slice = any(_slice_source(v) != v for v in operands)
+        axis_kind = PERM if same_source and any_slice else NEED
+    builder = RuleBuilder(ranks(operands), [len(result_shape)])
+    for dim, size in enumerate(result_shape):
+        builder.factor(size, axis_kind if dim == axis else PASS,
+                       [dim] * len(operands), [dim])
+    return builder.build(UnreducedFlow.JOINT, range(len(operands)))
+
+
+@register("stablehlo.dynamic_slice")
+def _dynamic_slice(op: ir.Operation):
+    """``([i,j],[],[])->([i,j'])``: a dim sliced at a run-time offset is one
+    NEED_REPLICATION factor of the operand's size, shared with the result
+    (Shardy's blocked need-replication factor: unlike a static slice the
+    data cannot be shifted ahead of time); full dims are PASS_THROUGH.  The
+    start indices are scalars with no factors.  Linear in the operand."""
+    shapes = static_shapes([op.operands[0], op.results[0]])
+    if shapes is None:
+        return None
+    operand_shape, result_shape = shapes
+    builder = _per_dim(op, operand_shape, result_shape,
+                       lambda d: operand_shape[d] != result_shape[d], NEED)
+    return builder.build(UnreducedFlow.JOINT, (0,))
+
+
+@register("stablehlo.dynamic_update_slice")
+def _dynamic_update_slice(op: ir.Operation):
+    """``([i,j],[i,j'],[],[])->([i,j])``.
+
+    A dim the update fills entirely is one PASS_THROUGH factor of operand,
+    update and result.  Where the update is smaller, Shardy gives the operand
+    and result a PASS_THROUGH factor of their own (each device writes the
+    part of the update that falls in its shard, at offsets made local) and
+    the update a NEED_REPLICATION factor (every device needs the whole
+    update, as it cannot know ahead of time which part is its own).
+
+    Shardy lets the update's factor pass through when every start index is a
+    constant, relying on a later communication optimization; this project
+    has none, so the update's factor always NEED_REPLICATION.
+
+    Linear in operand and update together.
+    """
+    shapes = static_shapes([op.operands[0], op.operands[1], op.results[0]])
+    if shapes is None:
+        return None
+    operand_shape, update_shape, _ = shapes
+    indices = [None] * (len(op.operands) - 2)
+    builder = RuleBuilder(ranks(op.operands), [len(operand_shape)])
+    for dim, (size, update_size) in enumerate(zip(operand_shape, update_shape)):
+        if size == update_size:
+            builder.factor(size, PASS, [dim, dim] + indices, [dim])
+        else:
+            builder.factor(size, PASS, [dim, None] + indices, [dim])
+            builder.factor(update_size, NEED, [None, dim] + indices, [None])
+    return builder.build(UnreducedFlow.JOINT, (0, 1))
+
+
+# ------------------------------------------------------------------ windows
+
+def _window_passes(window: list[int], strides: list[int], padding: list[tuple[int, int]],
+                   dilations: list[int], dim: int) -> bool:
+    """A window of one element, stride 1, no padding, no base dilation: each
+    result element is its own operand element."""
+    return (window[dim] == 1 and strides[dim] == 1 and padding[dim] == (0, 0)
+            and dilations[dim] == 1)
+
+
+@register("stablehlo.reduce_window")
+def _reduce_window(op: ir.Operation):
+    """``([i,j],[])->([i,j'])``, j' the windows along j.  Variadic like reduce:
+    N inputs, N scalar inits, N results, all inputs alike.
+
+    Each dim is one factor shared by the inputs and results: PERMUTATION
+    (a sharded window dim needs a halo from the neighbour) unless the
+    window along it is a single element at stride 1 with no padding and no
+    base dilation, which is PASS_THROUGH.
+
+    `reduction` is the body's combiner (add/max/min), which a halo exchange
+    pads with.  A single reduce-sum with a zero init (sum and average
+    pooling) is linear in its input.
+    """
+    count = len(op.results)
+    shapes = static_shapes(list(op.operands)[:count] + list(op.results))
+    if shapes is None:
+        return None
+    operand_shape, result_shape = shapes[0], shapes[count]
+    rank = len(operand_shape)
+    window = int_array(op.attributes["window_dimensions"])
+    strides = optional_array(op, "window_strides", rank, 1)
+    dilations = optional_array(op, "base_dilations", rank, 1)
+    padding = padding_pairs(op, rank)
+    builder = RuleBuilder(ranks(op.operands), ranks(op.results))
+    for dim in range(rank):
+        kind = PASS if _window_passes(window, strides, padding, dilations, dim) else PERM
+        builder.factor(max(operand_shape[dim], result_shape[dim]), kind,
+                       [dim] * count + [None] * count, [dim] * count)
+    kind = reduction_kind(op) if count == 1 else None
+    if kind == "sum" and is_zero_scalar(op.operands[1]):
+        return builder.build(UnreducedFlow.JOINT, (0,), reduction=kind)
+    return builder.build(reduction=kind)
+
+
+@register("stablehlo.select_and_scatter")
+def _select_and_scatter(op: ir.Operation):
+    """``(operand [i,j], source [i,j'], init [])->([i,j])``, j' the windows
+    along j (the gradient of max pooling).
+
+    A dim whose window is one element at stride 1 without padding is one
+    PASS_THROUGH factor of operand, source and result.  Any other dim is,
+    as in Shardy, a PERMUTATION factor of operand and result (the selection
+    needs a halo of the operand, the scatter one of the result) and a
+    NEED_REPLICATION factor of the source alone.
+
+    With an add scatter body and a zero init the result is a sum of placed
+    source values, so it is linear in the source (the operand only selects
+    and must be whole).  `reduction` is the scatter body's combiner.
+    """
+    shapes = static_shapes([op.operands[0], op.operands[1], op.results[0]])
+    if shapes is None:
+        return None
+    operand_shape, source_shape, _ = shapes
+    rank = len(operand_shape)
+    window = optional_array(op, "window_dimensions", rank, 1)
+    strides = optional_array(op, "window_strides", rank, 1)
+    padding = padding_pairs(op, rank)
+    builder = RuleBuilder(ranks(op.operands), [rank])
+    for dim, size in enumerate(operand_shape):
+        if _window_passes(window, strides, padding, [1] * rank, dim):
+            builder.factor(size, PASS, [dim, dim, None], [dim])
+        else:
+            builder.factor(source_shape[dim], NEED, [None, dim, None], [None])
+            builder.factor(size, PERM, [dim, None, None], [dim])
+    kind = region_kind(op, 1)
+    if kind == "sum" and is_zero_scalar(op.operands[2]):
+        return builder.build(UnreducedFlow.JOINT, (1,), reduction=kind)
+    return builder.build(reduction=kind)
+
+
+@register("stablehlo.convolution")
+def _convolution(op: ir.Operation):
+    """A convolution is a dot_general whose spatial dims are windows.
+
+    Factors, in Shardy's order (a dim listing several is major to minor):
+
+    * batch groups (``batch_group_count`` > 1): lhs batch, kernel output
+      feature and output feature, PASS_THROUGH (each group its own conv);
+    * per-group batch: lhs batch and output batch, PASS_THROUGH;
+    * per spatial dim, an lhs spatial dim splits into up to two factors, the
+      larger of the two first: the number of windows (with the output
+      spatial dim, PERMUTATION: halo exchange) and the window size (with the
+      kernel spatial dim, REDUCTION: each device sums its part of every
+      window).  Each is capped at what is left of the lhs dim and left out
+      when 1.  A window of one element at stride 1 with no padding or lhs
+      dilation moves nothing, so its windows factor is PASS_THROUGH (Shardy
+      calls it a permutation all the same);
+    * feature groups (``feature_group_count`` > 1, e.g. depthwise): lhs
+      input feature, kernel output feature and output feature,
+      PASS_THROUGH;
+    * per-group input feature: lhs input feature and kernel input feature,
+      REDUCTION (the contraction); left out when it is 1 beside feature
+      groups, as depthwise's kernel input feature is (Shardy adds it to the
+      empty kernel dim only);
+    * per-group output feature: kernel output feature and output feature,
+      PASS_THROUGH, left out when 1.
+
+    Linear in each operand separately; a sharded REDUCTION factor leaves a
+    partial sum.
+    """
+    shapes = static_shapes([op.operands[0], op.operands[1], op.results[0]])
+    if shapes is None:
+        return None
+    lhs_shape, rhs_shape, out_shape = shapes
+    numbers = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    batch_groups = ir.IntegerAttr(op.attributes["batch_group_count"]).value
+    feature_groups = ir.IntegerAttr(op.attributes["feature_group_count"]).value
+    lhs_batch, lhs_feature = numbers.input_batch_dimension, numbers.input_feature_dimension
+    rhs_in, rhs_out = numbers.kernel_input_feature_dimension, numbers.kernel_output_feature_dimension
+    out_batch, out_feature = numbers.output_batch_dimension, numbers.output_feature_dimension
+    lhs_spatial = list(numbers.input_spatial_dimensions)
+    rhs_spatial = list(numbers.kernel_spatial_dimensions)
+    out_spatial = list(numbers.output_spatial_dimensions)
+    spatial_rank = len(lhs_spatial)
+    strides = optional_array(op, "window_strides", spatial_rank, 1)
+    lhs_dilation = optional_array(op, "lhs_dilation", spatial_rank, 1)
+    padding = padding_pairs(op, spatial_rank)
+
+    builder = RuleBuilder([len(lhs_shape), len(rhs_shape)], [len(out_shape)])
+    if batch_groups > 1:
+        builder.factor(batch_groups, PASS, [lhs_batch, rhs_out], [out_feature])
+    builder.factor(out_shape[out_batch], PASS, [lhs_batch, None], [out_batch])
+
+    for index, (lhs_dim, rhs_dim, out_dim) in enumerate(zip(lhs_spatial, rhs_spatial, out_spatial)):
+        windows, window_size = out_shape[out_dim], rhs_shape[rhs_dim]
+        left = lhs_shape[lhs_dim]
+        one_to_one = _window_passes([window_size], [strides[index]], [padding[index]],
+                                    [lhs_dilation[index]], 0)
+        order = ([(windows, False), (window_size, True)] if windows >= window_size
+                 else [(window_size, True), (windows, False)])
+        for size, is_window in order:
+            size = min(left, size)
+            if size <= 1:
+                continue
+            if is_window:
+                builder.factor(size, FactorKind.REDUCTION, [lhs_dim, rhs_dim], [None])
+            else:
+                builder.factor(size, PASS if one_to_one else PERM, [lhs_dim, None], [out_dim])
+            left //= size
+
+    if feature_groups > 1:
+        builder.factor(feature_groups, PASS, [lhs_feature, rhs_out], [out_feature])
+    in_per_group = rhs_shape[rhs_in]
+    if in_per_group > 1 or feature_groups == 1:
+        builder.factor(in_per_group, FactorKind.REDUCTION, [lhs_feature, rhs_in], [None])
+    out_per_group = out_shape[out_feature] // (batch_groups * feature_groups)
+    if out_per_group > 1:
+        builder.factor(out_per_group, PASS, [None, rhs_out], [out_feature])
+    return builder.build(UnreducedFlow.SEPARATE, (0, 1), reduction="sum")

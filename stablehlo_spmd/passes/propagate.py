@@ -94,6 +94,7 @@ class _Graph:
         self.return_ops: dict[int, tuple[ir.Operation, list[int]]] = {}
         self.mesh = mesh
         self.solver: Propagator | None = None
+        self._attrs: dict[Sharding, ir.Attribute] = {}  # by identity-shared Sharding
 
     # ---------------------------------------------------------------- build
 
@@ -279,7 +280,10 @@ class _Graph:
     def _result_attr(self, node: Node, context) -> ir.Attribute:
         shardings = [self.solver.sharding(r) if r != NO_VALUE else None for r in node.results]
         if len(shardings) == 1 and shardings[0] is not None:
-            return sharding_attr(shardings[0], context)
+            attr = self._attrs.get(shardings[0])
+            if attr is None:
+                attr = self._attrs[shardings[0]] = sharding_attr(shardings[0], context)
+            return attr
         elements = [s.to_hlo() if s is not None else HloSharding.replicated() for s in shardings]
         return sharding_attr(HloSharding.tuple_of(elements), context)
 
