@@ -271,14 +271,18 @@ class _Graph:
                 continue
             if _is_constraint(op) or MHLO_SHARDING in op.attributes:
                 continue
-            op.attributes[MHLO_SHARDING] = self._result_attr(node, context)
+            op.attributes[MHLO_SHARDING] = self._result_attr(node.results, context)
+        for op in self._tie_ops():  # while, if, case, call: no rule node of their own
+            if op.results and MHLO_SHARDING not in op.attributes:
+                results = [self.ids.get(r, NO_VALUE) for r in op.results]
+                op.attributes[MHLO_SHARDING] = self._result_attr(results, context)
         self._insert_reshards(module)
         write_mesh(module, mesh)
         if explain or origins:
             self._explain(explain, origins)
 
-    def _result_attr(self, node: Node, context) -> ir.Attribute:
-        shardings = [self.solver.sharding(r) if r != NO_VALUE else None for r in node.results]
+    def _result_attr(self, results: list[int], context) -> ir.Attribute:
+        shardings = [self.solver.sharding(r) if r != NO_VALUE else None for r in results]
         if len(shardings) == 1 and shardings[0] is not None:
             attr = self._attrs.get(shardings[0])
             if attr is None:

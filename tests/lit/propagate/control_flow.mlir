@@ -1,0 +1,60 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate | FileCheck %s
+
+// A while loop's carry is one tensor seen from four places: operand, block
+// arguments, yielded value and result share a sharding.
+
+// CHECK-LABEL: func.func @loop
+// CHECK: %[[W:.*]]:2 = stablehlo.while{{.*}}attributes {mhlo.sharding = "{{[{][{]}}replicated}, {devices=[4,1]<=[4]}}"}
+// CHECK: stablehlo.multiply %[[ACC:.*]], %[[ACC]] {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// CHECK: return %[[W]]#1
+func.func @loop(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> tensor<8x8xf32> {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %0:2 = stablehlo.while(%i = %c0, %acc = %x) : tensor<i32>, tensor<8x8xf32>
+    cond {
+      %c3 = stablehlo.constant dense<3> : tensor<i32>
+      %lt = stablehlo.compare LT, %i, %c3 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %lt : tensor<i1>
+    } do {
+      %c1 = stablehlo.constant dense<1> : tensor<i32>
+      %next = stablehlo.add %i, %c1 : tensor<i32>
+      %sq = stablehlo.multiply %acc, %acc : tensor<8x8xf32>
+      stablehlo.return %next, %sq : tensor<i32>, tensor<8x8xf32>
+    }
+  return %0#1 : tensor<8x8xf32>
+}
+
+// -----
+
+// A call's operands and results are tied to the callee's arguments and
+// returned values; the private callee's signature gets the shardings.
+
+// CHECK-LABEL: func.func @caller
+// CHECK: call @square(%arg0) {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+// CHECK-LABEL: func.func private @square
+// CHECK-SAME: %arg0: tensor<8x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+// CHECK-SAME: -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"})
+// CHECK: stablehlo.multiply %arg0, %arg0 {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+func.func @caller(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) -> tensor<8x8xf32> {
+  %0 = func.call @square(%x) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+func.func private @square(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = stablehlo.multiply %x, %x : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+// A sharding constraint in the middle of the program wins over what flows
+// into it, and flows on from there.
+
+// CHECK-LABEL: func.func @constraint
+// CHECK: stablehlo.exponential %arg0 {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// CHECK: %[[C:.*]] = stablehlo.custom_call @Sharding({{.*}}) {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+// CHECK: stablehlo.log %[[C]] {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+func.func @constraint(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> tensor<8x8xf32> {
+  %0 = stablehlo.exponential %x : tensor<8x8xf32>
+  %1 = stablehlo.custom_call @Sharding(%0) {mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  %2 = stablehlo.log %1 : tensor<8x8xf32>
+  return %2 : tensor<8x8xf32>
+}

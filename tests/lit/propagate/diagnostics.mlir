@@ -1,0 +1,18 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --verify-diagnostics --spmd-propagate
+
+// An op without a rule is replicated, with a warning at its location.
+
+func.func @opaque(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> tensor<8x8xf32> {
+  // expected-warning@+1 {{no sharding rule for 'stablehlo.custom_call': its results are replicated and its operands will be gathered}}
+  %0 = stablehlo.custom_call @my_kernel(%x) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+// expected-error@+1 {{spmd-propagate needs a mesh: run spmd-annotate first, or give the module mhlo.sharding annotations}}
+module {
+  func.func @no_mesh(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+    return %x : tensor<8x8xf32>
+  }
+}

@@ -1,0 +1,73 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate | FileCheck %s
+
+// Megatron's MLP on a 2x2 (data, model) mesh: x batch-sharded, w1 column-
+// and w2 row-sharded.  The hidden activation is sharded on both; the second
+// dot contracts over `model`, so its result is a partial sum on `model` that
+// the result annotation (batch-sharded) reduces.
+
+// CHECK-LABEL: func.func @mlp
+// CHECK: %[[H:.*]] = stablehlo.dot_general %arg0, %arg1{{.*}}mhlo.sharding = "{devices=[2,2]<=[4]}"
+// CHECK: %[[A:.*]] = stablehlo.tanh %[[H]] {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK: %[[O:.*]] = stablehlo.dot_general %[[A]], %arg2{{.*}}mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dims={unreduced}}"
+// CHECK: %[[R:.*]] = stablehlo.custom_call @Sharding(%[[O]]) {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+// CHECK: return %[[R]]
+module attributes {spmd.mesh = #sdy.mesh<["data"=2, "model"=2]>} {
+  func.func @mlp(%x: tensor<8x16xf32> {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"},
+                 %w1: tensor<16x32xf32> {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"},
+                 %w2: tensor<32x16xf32> {mhlo.sharding = "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}"})
+      -> (tensor<8x16xf32> {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}) {
+    %0 = stablehlo.dot_general %x, %w1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+    %1 = stablehlo.tanh %0 : tensor<8x32xf32>
+    %2 = stablehlo.dot_general %1, %w2, contracting_dims = [1] x [0] : (tensor<8x32xf32>, tensor<32x16xf32>) -> tensor<8x16xf32>
+    return %2 : tensor<8x16xf32>
+  }
+}
+
+// -----
+
+// Backward propagation: only the result is annotated; the operands of the
+// element-wise chain and the transpose take its sharding, permuted.
+
+// CHECK-LABEL: func.func @backward
+// CHECK-SAME: %arg0: tensor<4x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+// CHECK: stablehlo.transpose %arg0, dims = [1, 0] {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// CHECK: stablehlo.exponential {{.*}}mhlo.sharding = "{devices=[4,1]<=[4]}"
+func.func @backward(%x: tensor<4x8xf32>) -> (tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+  %0 = stablehlo.transpose %x, dims = [1, 0] : (tensor<4x8xf32>) -> tensor<8x4xf32>
+  %1 = stablehlo.exponential %0 : tensor<8x4xf32>
+  return %1 : tensor<8x4xf32>
+}
+
+// -----
+
+// Reshape splits and merges: [8,6] sharded 4-way on dim 0 becomes [2,4,6]
+// sharded on dim 0 (2) and dim 1 (the remaining 2 of the 4-way axis cannot
+// split an axis, so only whole axes move: a 2x2 mesh, axis_0 on 2, axis_1 on 4).
+
+// CHECK-LABEL: func.func @reshape_split
+// CHECK: stablehlo.reshape %arg0 {mhlo.sharding = "{devices=[2,2,1]<=[4]}"} : (tensor<8x6xf32>) -> tensor<2x4x6xf32>
+// CHECK: stablehlo.reshape {{.*}}mhlo.sharding = "{devices=[4,1]<=[4]}"{{.*}}-> tensor<8x6xf32>
+module attributes {spmd.mesh = #sdy.mesh<["axis_0"=2, "axis_1"=2]>} {
+  func.func @reshape_split(%x: tensor<8x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> tensor<8x6xf32> {
+    %0 = stablehlo.reshape %x : (tensor<8x6xf32>) -> tensor<2x4x6xf32>
+    %1 = stablehlo.reshape %0 : (tensor<2x4x6xf32>) -> tensor<8x6xf32>
+    return %1 : tensor<8x6xf32>
+  }
+}
+
+// -----
+
+// broadcast_in_dim: the operand's dims map to the result's; the new dim is
+// left to the result's users.  A size-1 dim that is expanded does not carry
+// the sharding back to the operand.
+
+// CHECK-LABEL: func.func @broadcast
+// CHECK: stablehlo.broadcast_in_dim %arg0, dims = [1] {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+// CHECK: stablehlo.broadcast_in_dim %arg1, dims = [0, 1] {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+// CHECK-SAME: (tensor<1x8xf32>) -> tensor<4x8xf32>
+func.func @broadcast(%b: tensor<8xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}, %c: tensor<1x8xf32>) -> tensor<4x8xf32> {
+  %0 = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<8xf32>) -> tensor<4x8xf32>
+  %1 = stablehlo.broadcast_in_dim %c, dims = [0, 1] : (tensor<1x8xf32>) -> tensor<4x8xf32>
+  %2 = stablehlo.add %0, %1 : tensor<4x8xf32>
+  return %2 : tensor<4x8xf32>
+}
