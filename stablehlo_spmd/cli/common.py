@@ -66,3 +66,23 @@ def write_output(path: str, text: str) -> None:
     except OSError as error:
         os.unlink(handle.name)
         fail([Diagnostic("error", f"cannot write output file '{path}': {error.strerror}")])
+
+
+def read_text(path: str) -> tuple[str, str]:
+    """(file name for diagnostics, UTF-8 text) of a path or '-' (stdin); fails cleanly."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+        filename = "<stdin>"
+    else:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as error:
+            fail([Diagnostic("error", f"cannot open input file '{path}': {error.strerror}")])
+        filename = path
+    if b"\0" in data:
+        fail([Diagnostic("error", "the input is binary, not MLIR text", filename)])
+    try:
+        return filename, data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        fail([Diagnostic("error", f"the input is not UTF-8 text (byte {error.start})", filename)])

@@ -3,18 +3,29 @@
     stablehlo-spmd export examples/mlp.py:train_step_example -o mlp.mlir
     stablehlo-spmd export mypkg.model:loss --example-args mypkg.model:example_args
 
+    stablehlo-spmd explain annotated.mlir
+    stablehlo-spmd explain model.mlir --rules examples/transformer_rules.toml
+
 ``export`` writes StableHLO text whose arguments are named by pytree path,
-ready for ``stablehlo-spmd-opt --spmd-annotate=rules=...``.  (``run`` and
-``demo`` arrive with the partitioner.)
+ready for ``stablehlo-spmd-opt --spmd-annotate=rules=...``.  ``explain``
+propagates shardings and prints, for every op, the sharding it got and the
+chain of ops and values it came through back to a user annotation: the
+answer to "why is this tensor sharded like that?".  (``run`` and ``demo``
+arrive with the partitioner.)
 """
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from stablehlo_spmd.cli.common import run_cli
+from stablehlo_spmd import diagnostics
+from stablehlo_spmd.cli.common import fail, read_text, run_cli
 from stablehlo_spmd.cli.common import write_output
 from stablehlo_spmd.export import export_reference
+from stablehlo_spmd.ir import ParseError, make_context, parse_module
+from stablehlo_spmd.pipeline import parse_pipeline, run_pipeline
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,6 +42,32 @@ def cli() -> None:
 def export_command(function_ref: str, args_ref: str | None, output_file: str) -> None:
     """Export a JAX function to StableHLO text, arguments named by pytree path."""
     write_output(output_file, export_reference(function_ref, args_ref))
+
+
+@cli.command("explain")
+@click.argument("input_file", metavar="INPUT")
+@click.option("--rules", default=None, metavar="RULES.toml",
+              help="Annotate from these partition rules first.")
+def explain_command(input_file: str, rules: str | None) -> None:
+    """Propagate shardings and say why every op has its sharding."""
+    filename, text = read_text(input_file)
+    annotate = f"spmd-annotate{{rules={rules}}}," if rules else ""
+    pipeline = parse_pipeline(f"builtin.module({annotate}spmd-propagate{{explain=true}})")
+    engine = diagnostics.DiagnosticEngine()
+    with diagnostics.collecting(engine), make_context() as context:
+        try:
+            module = parse_module(text, filename, context)
+        except ParseError as error:
+            fail([diagnostics.Diagnostic(*d) for d in error.diagnostics])
+        ok = run_pipeline(module, pipeline)
+    for diagnostic in engine.diagnostics:
+        if diagnostic.severity == "remark":
+            click.echo(f"{diagnostic.position or filename}: {diagnostic.message}")
+    problems = [d for d in engine.diagnostics if d.severity in ("error", "warning")]
+    for diagnostic in problems:
+        click.echo(str(diagnostic), err=True)
+    if not ok:
+        sys.exit(1)
 
 
 def main(argv: list[str] | None = None) -> None:

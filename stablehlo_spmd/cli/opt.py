@@ -25,7 +25,7 @@ import sys
 import click
 
 from stablehlo_spmd import diagnostics
-from stablehlo_spmd.cli.common import fail as _fail, run_cli, write_output
+from stablehlo_spmd.cli.common import fail as _fail, read_text, run_cli, write_output
 from stablehlo_spmd.diagnostics import Diagnostic, DiagnosticEngine
 from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.ir import ParseError, make_context, parse_module, print_module
@@ -88,7 +88,7 @@ def opt_command(ctx: click.Context, input_file: str, output_file: str, pass_pipe
     except SpmdError as error:
         _fail([Diagnostic("error", error.message, error.location)])
 
-    filename, text = _read_input(input_file)
+    filename, text = read_text(input_file)
     chunks = _split(text) if split_input_file else [text]
     options = RunOptions(mlir_print_ir_after_all, mlir_timing, mlir_print_debuginfo)
     outputs, all_diagnostics, ok = [], [], True
@@ -158,25 +158,6 @@ def _split(text: str) -> list[str]:
             current.append(line)
     chunks.append("\n" * lines_before + "\n".join(current))
     return chunks
-
-
-def _read_input(path: str) -> tuple[str, str]:
-    if path == "-":
-        data = sys.stdin.buffer.read()
-        filename = "<stdin>"
-    else:
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as error:
-            _fail([Diagnostic("error", f"cannot open input file '{path}': {error.strerror}")])
-        filename = path
-    if b"\0" in data:
-        _fail([Diagnostic("error", "the input is binary, not MLIR text", filename)])
-    try:
-        return filename, data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        _fail([Diagnostic("error", f"the input is not UTF-8 text (byte {error.start})", filename)])
 
 
 def main(argv: list[str] | None = None) -> None:
