@@ -141,15 +141,7 @@ def register_ties(*op_names: str):
     return decorate
 
 
-def _load_families() -> None:
-    # The families register themselves on import.
-    from stablehlo_spmd.op_rules import (  # noqa: F401
-        compute, control, elementwise, indexing, shape_ops, windowed)
-
-
 def rule_for(op: ir.Operation) -> OpRule | None:
-    if not _RULES:
-        _load_families()
     name = op.name
     fn = _RULES.get(name)
     if fn is None:
@@ -169,21 +161,15 @@ def rule_for(op: ir.Operation) -> OpRule | None:
 
 
 def tied_values(op: ir.Operation) -> list[tuple[ir.Value, ir.Value]]:
-    if not _RULES:
-        _load_families()
     fn = _TIES.get(op.name)
     return fn(op) if fn is not None else []
 
 
 def has_rule(op_name: str) -> bool:
-    if not _RULES:
-        _load_families()
     return op_name in _RULES or op_name in _TIES
 
 
 def registered_ops() -> list[str]:
-    if not _RULES:
-        _load_families()
     return sorted(set(_RULES) | set(_TIES))
 
 
@@ -229,3 +215,9 @@ def int_array(attr: ir.Attribute) -> list[int]:
         return [int(x) for x in ir.DenseIntElementsAttr(attr)]
     except (TypeError, ValueError):
         return [int(ir.IntegerAttr(x).value) for x in ir.ArrayAttr(attr)]
+
+
+# The families register themselves on import; importing them here, after
+# everything they use is defined, means any import of the table loads all of it.
+from stablehlo_spmd.op_rules import (  # noqa: E402,F401
+    compute, control, elementwise, indexing, shape_ops, windowed)

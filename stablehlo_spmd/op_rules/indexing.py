@@ -25,7 +25,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from stablehlo_spmd.op_rules import (
-    FactorKind, RuleBuilder, UnreducedFlow, int_array, ranks, register)
+    FactorKind, RuleBuilder, UnreducedFlow, ranks, register)
 from stablehlo_spmd.op_rules.compute import reduction_kind
 from stablehlo_spmd.op_rules.windowed import static_shape, static_shapes
 

@@ -51,14 +51,25 @@ def common_factorization(source: tuple[int, ...], target: tuple[int, ...]):
     kinds, and for each dimension of either shape the factor ids it is made
     of, major to minor.  Walking both shapes from the major end, each step
     takes the largest size both current dims still have a multiple of, so
-    [6,4] -> [2,12] gives factors 2, 3, 4.  Where the dims stop nesting
-    (the rest of [6,2] -> [4,3] after the shared 2) everything left is one
-    factor that must stay whole.  Size-1 dims get no factor.
+    [6,4] -> [2,12] gives factors 2, 3, 4.  Where the dims stop nesting (the
+    3x2 vs 2x3 middle of [6,2,5] -> [4,3,5], after the shared 2) the run up
+    to the next boundary both shapes share must stay whole: each piece of it
+    is a NEED_REPLICATION factor of its own side, and the walk goes on from
+    there (the trailing 5 is shared again).  Size-1 dims get no factor.
     """
     sizes: list[int] = []
     kinds: list[FactorKind] = []
     source_dims: list[list[int]] = [[] for _ in source]
     target_dims: list[list[int]] = [[] for _ in target]
+
+    def add(size: int, kind: FactorKind, i: int | None, j: int | None) -> None:
+        sizes.append(size)
+        kinds.append(kind)
+        if i is not None:
+            source_dims[i].append(len(sizes) - 1)
+        if j is not None:
+            target_dims[j].append(len(sizes) - 1)
+
     i = j = -1
     left_i = left_j = 1
     while True:
@@ -71,17 +82,27 @@ def common_factorization(source: tuple[int, ...], target: tuple[int, ...]):
         if left_i == 1 or left_j == 1:
             break
         step = math.gcd(left_i, left_j)
-        kind = FactorKind.PASS_THROUGH
-        if step == 1:
-            step, kind = left_i * math.prod(source[i + 1:]), FactorKind.NEED_REPLICATION
-        sizes.append(step)
-        kinds.append(kind)
-        source_dims[i].append(len(sizes) - 1)
-        target_dims[j].append(len(sizes) - 1)
-        if kind is FactorKind.NEED_REPLICATION:
-            break
-        left_i //= step
-        left_j //= step
+        if step > 1:
+            add(step, FactorKind.PASS_THROUGH, i, j)
+            left_i //= step
+            left_j //= step
+            continue
+        # Coprime remainders: grow both runs until they cover the same elements.
+        # Nothing in the run can stay sharded, so each piece of it is its own
+        # NEED_REPLICATION factor (keeping every dim the product of its factors).
+        add(left_i, FactorKind.NEED_REPLICATION, i, None)
+        add(left_j, FactorKind.NEED_REPLICATION, None, j)
+        run_i, run_j = left_i, left_j
+        while run_i != run_j:
+            if run_i < run_j:
+                i += 1
+                run_i *= source[i]
+                add(source[i], FactorKind.NEED_REPLICATION, i, None)
+            else:
+                j += 1
+                run_j *= target[j]
+                add(target[j], FactorKind.NEED_REPLICATION, None, j)
+        left_i = left_j = 1
     return sizes, kinds, [tuple(d) for d in source_dims], [tuple(d) for d in target_dims]
 
 

@@ -14,11 +14,14 @@ The factor structure of each op follows Shardy's registry
 
 Where one factor spans dimensions of different sizes (operand 8 sliced to 5)
 it takes the *larger* size, so a sharding that fits either tensor's dimension
-fits the factor.  Shardy does the same for slice, dynamic_slice and
-concatenate (the operand, or the result, is the larger there); for pad and
-reduce_window it uses the operand's and the result's size respectively,
-whichever that is; this module uses the larger one for them too, so that no
-tensor's own sharding is refused by a factor smaller than its dimension.
+fits the factor.  For slice, dynamic_slice and concatenate that is what
+Shardy does (its choice, the operand's or the result's size, is the larger
+one there).  For pad Shardy takes the operand's size and for reduce_window
+the result's, the smaller ones when padding grows a dim or windows shrink
+it; this module takes the larger there too, so that no tensor's own
+sharding is refused by a factor smaller than its dimension.  (Convolution
+is the exception: its spatial factors split the lhs dim, so they are
+capped by it, as in Shardy.)
 
 Shardy's "conservative propagation" mode and its "blocked propagation" flag
 have no counterpart in this project's model: the rules here are Shardy's
@@ -126,7 +129,7 @@ def _slice(op: ir.Operation):
     return builder.build(UnreducedFlow.JOINT, (0,))
 
 
-@register("stablehlo.pad")
+@register("stablehlo.pad", signature=lambda op: is_zero_scalar(op.operands[1]))
 def _pad(op: ir.Operation):
     """``([i,j],[])->([i,j'])``: padded dims are PERMUTATION factors; the
     padding value is a scalar with no factor.
@@ -171,19 +174,31 @@ def _slice_source(value: ir.Value) -> ir.Value:
     return value
 
 
-@register("stablehlo.concatenate")
+def _concatenates_slices(op: ir.Operation) -> bool:
+    """Whether the operands are slices put back side by side (see below)."""
+    operands = list(op.operands)
+    if all(producer(v) is not None and producer(v).name == "stablehlo.slice" for v in operands):
+        return True
+    source = _slice_source(operands[0])
+    same_source = all(_slice_source(v) == source for v in operands)
+    return same_source and any(_slice_source(v) != v for v in operands)
+
+
+@register("stablehlo.concatenate", signature=_concatenates_slices)
 def _concatenate(op: ir.Operation):
     """``([i,j1],[i,j2])->([i,j1+j2])``: every dim but the concatenated one
     is PASS_THROUGH across all operands and the result.
 
     The concatenated dim is one factor of the result's size, shared by all.
-    As in Shardy it is a PERMUTATION factor when the operands are pieces of
-    one tensor rearranged -- all of them slices, or each the same tensor `x`
-    or a slice of it, at least one a slice (``jnp.roll``, circular padding,
-    halo building) -- because then a sharded result only needs data shifted
-    between neighbouring devices.  Concatenating unrelated tensors along a
-    sharded dim would need every operand resharded onto devices that hold
-    other operands' ranges, so there it is NEED_REPLICATION.
+    As in Shardy it is a PERMUTATION factor when every operand is a slice
+    (of any tensor), or when each operand is one tensor `x` or a slice of
+    it and at least one is a slice.  Those are the patterns of ``jnp.roll``,
+    circular padding and halo building: pieces cut from sharded tensors and
+    put back side by side, which a sharded result gets by shifting data
+    between devices (collective permutes) rather than gathering it.  Other
+    concatenations of unrelated tensors would need each operand moved onto
+    the devices that hold its range of the result, so there it is
+    NEED_REPLICATION, as in Shardy.
 
     Linear in all operands together.
     """
@@ -193,13 +208,7 @@ def _concatenate(op: ir.Operation):
     result_shape = shapes[-1]
     axis = ir.IntegerAttr(op.attributes["dimension"]).value
     operands = list(op.operands)
-    if all(producer(v) is not None and producer(v).name == "stablehlo.slice" for v in operands):
-        axis_kind = PERM
-    else:
-        source = _slice_source(operands[0])
-        same_source = all(_slice_source(v) == source for v in operands)
-        any_slice = any(_slice_source(v) != v for v in operands)
-        axis_kind = PERM if same_source and any_slice else NEED
+    axis_kind = PERM if _concatenates_slices(op) else NEED
     builder = RuleBuilder(ranks(operands), [len(result_shape)])
     for dim, size in enumerate(result_shape):
         builder.factor(size, axis_kind if dim == axis else PASS,
@@ -236,7 +245,7 @@ def _dynamic_update_slice(op: ir.Operation):
 
     Shardy lets the update's factor pass through when every start index is a
     constant, relying on a later communication optimization; this project
-    has none, so the update's factor always NEED_REPLICATION.
+    has none, so the update's factor is always NEED_REPLICATION.
 
     Linear in operand and update together.
     """
