@@ -165,6 +165,10 @@ def tied_values(op: ir.Operation) -> list[tuple[ir.Value, ir.Value]]:
     return fn(op) if fn is not None else []
 
 
+def has_ties(op_name: str) -> bool:
+    return op_name in _TIES
+
+
 def has_rule(op_name: str) -> bool:
     return op_name in _RULES or op_name in _TIES
 

@@ -180,36 +180,55 @@ class _Graph:
         return True
 
     def _add_block_ops(self, block: ir.Block) -> None:
+        # The hot loop of the build (one pass over ~20k ops): IR handles are
+        # fetched once per op and values get ids inline.
+        ids, shapes, describers = self.ids, self.shapes, self.describe_fns
         for op in block.operations:
             op = op.operation
             name = op.name
-            for region in op.regions:
-                for inner in region.blocks:
-                    for position, argument in enumerate(inner.arguments):
-                        self._value(argument, _fixed(f"block argument #{position} of {name}"))
+            regions = op.regions
+            if len(regions):
+                for region in regions:
+                    for inner in region.blocks:
+                        for position, argument in enumerate(inner.arguments):
+                            self._value(argument, _fixed(f"block argument #{position} of {name}"))
+            results = []
             for position, result in enumerate(op.results):
-                self._value(result, _op_result(op, position))
+                known = ids.get(result)  # a call earlier in the module may have tied it
+                if known is not None:
+                    results.append(known)
+                    describers[known] = _op_result(op, position)
+                    continue
+                result_type = result.type
+                if isinstance(result_type, ir.RankedTensorType):
+                    ids[result] = len(shapes)
+                    results.append(len(shapes))
+                    shapes.append(tuple(result_type.shape))
+                    describers.append(_op_result(op, position))
+                else:
+                    results.append(NO_VALUE)
             if name not in _NO_RULE_NEEDED:
-                self._add_op(op)
-            for region in op.regions:
-                for inner in region.blocks:
-                    self._add_block_ops(inner)
+                self._add_op(op, name, results)
+            if len(regions):
+                for region in regions:
+                    for inner in region.blocks:
+                        self._add_block_ops(inner)
 
-    def _add_op(self, op: ir.Operation) -> None:
-        for a, b in op_rules.tied_values(op):
-            self._add_tie(self._value(a, None), self._value(b, None), op)
+    def _add_op(self, op: ir.Operation, name: str, results: list[int]) -> None:
+        if op_rules.has_ties(name):
+            for a, b in op_rules.tied_values(op):
+                self._add_tie(self._value(a, None), self._value(b, None), op)
         rule = op_rules.rule_for(op)
         if rule is None:
-            if not op_rules.has_rule(op.name) or op.name == "stablehlo.custom_call":
+            if not op_rules.has_rule(name) or name == "stablehlo.custom_call":
                 self._replicate_unknown(op)
             return
-        if len(rule.operands) != len(op.operands) or len(rule.results) != len(op.results):
+        operands = [self.ids.get(v, NO_VALUE) for v in op.operands]
+        if len(rule.operands) != len(operands) or len(rule.results) != len(results):
             self._replicate_unknown(op)
             return
-        operands = [self.ids.get(v, NO_VALUE) for v in op.operands]
-        results = [self.ids.get(v, NO_VALUE) for v in op.results]
-        self.nodes.append(Node(rule, operands, results, op.name, None,
-                               is_broadcast=op.name == "stablehlo.broadcast_in_dim"))
+        self.nodes.append(Node(rule, operands, results, name, None,
+                               is_broadcast=name == "stablehlo.broadcast_in_dim"))
         self.node_ops.append(op)
         if MHLO_SHARDING in op.attributes:
             self._pin_op(op, results)
@@ -362,9 +381,16 @@ def _fixed(text: str):
     return lambda _value: text
 
 
-def _op_result(op: ir.Operation, position: int):
-    def describe(_value: int) -> str:
+class _op_result:
+    """Describes an op's result lazily: locations are only read for explanations."""
+
+    __slots__ = ("op", "position")
+
+    def __init__(self, op: ir.Operation, position: int):
+        self.op, self.position = op, position
+
+    def __call__(self, _value: int) -> str:
+        op = self.op
         where = source_position(op.location)
-        result = f" result #{position}" if len(op.results) > 1 else ""
+        result = f" result #{self.position}" if len(op.results) > 1 else ""
         return f"{op.name}{result}" + (f" at {where}" if where else "")
-    return describe

@@ -9,8 +9,9 @@ pipeline (and the comparison against ``engine=spmd``) reads one format.
 Out, before Shardy runs:
 
 * ``sdy.mesh @mesh = <...>`` at the start of the module body, plus one
-  ``@maximal_mesh_<d>`` per device a maximal sharding names (the names
-  `sdy_sharding_text` and JAX use);
+  ``@maximal_mesh_<d> = <[], device_ids=[d]>`` per device a maximal sharding
+  names (JAX's names; a maximal sharding is written ``<@maximal_mesh_d, []>``,
+  with no dimensions, as Shardy's verifier requires);
 * ``sdy.sharding = #sdy.sharding<@mesh, ...>`` on arguments and results,
   ``#sdy.sharding_per_value`` on any op that already carries a sharding (a
   pinned op stays pinned), and ``sdy.sharding_constraint`` in place of every
@@ -20,12 +21,14 @@ Out, before Shardy runs:
 
 Back, after Shardy runs:
 
-* the pipeline ends with its own clean-up passes, which leave three things
+* the pipeline ends with its own clean-up passes, which leave two ops
   `import_shardy` does not read: ``sdy.constant`` (the constant splitter and
-  merger turn every ``stablehlo.constant`` into one, merging equal constants
-  and equal scalar broadcasts), and ``sdy.reshard`` (what user constraints
+  merger turn every ``stablehlo.constant`` into one, and merge equal constant
+  expressions -- constants, and broadcasts or arithmetic of constants -- that
+  ended up with equal shardings), and ``sdy.reshard`` (what user constraints
   become, and what ``sdy-insert-explicit-reshards`` inserts where an operand
-  does not match its op's sharding).  Constants go back to
+  does not match its op's sharding).  Any other sdy op left over (a
+  ``sdy.manual_computation`` in the input, say) is refused with an error.  Constants go back to
   ``stablehlo.constant``; a reshard becomes a ``sdy.sharding_constraint`` so
   that `import_shardy` turns it into the same ``custom_call @Sharding`` the
   spmd engine writes for its own marked reshards;
@@ -45,6 +48,9 @@ it reduces where the reduction happens, so this engine's output has no
 Errors, whether in the conversion (a manual sharding, a sub-axis Shardy chose)
 or from Shardy's own verifier and passes, are reported as located diagnostics
 through `stablehlo_spmd.diagnostics`; nothing here raises for bad input.
+Shardy's warnings (an op its rule registry does not know, a sharding group it
+had to relax) come back as located warnings; note that Shardy warns about an
+unknown op only the first time it meets it in a process.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ from jaxlib.mlir.dialects import stablehlo
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.hlo_sharding import HloSharding
-from stablehlo_spmd.ir import cached_attr
+from stablehlo_spmd.ir import cached_attr, source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, SDY_SHARDING, SHARDING_TARGET, ShardedValue, all_sharded_values, functions,
@@ -73,7 +79,7 @@ _HANDLED_SDY_OPS = {"sdy.mesh", "sdy.constant", "sdy.reshard", "sdy.sharding_con
 def run_shardy_propagation(module: ir.Operation, mesh: Mesh) -> None:
     """Complete `module`'s shardings with Shardy; diagnostics on failure."""
     with module.context:
-        if not _export_to_shardy(module, mesh):
+        if not to_shardy(module, mesh):
             return
         if not _run_pipeline(module):
             return
@@ -90,7 +96,13 @@ def run_shardy_propagation(module: ir.Operation, mesh: Mesh) -> None:
 
 # ------------------------------------------------------------------ to sdy
 
-def _export_to_shardy(module: ir.Operation, mesh: Mesh) -> bool:
+def to_shardy(module: ir.Operation, mesh: Mesh) -> bool:
+    """Rewrite `module`'s ``mhlo.sharding`` form into Shardy's, in place.
+
+    Returns False (after reporting located errors) when some sharding has no
+    Shardy form; the module is then left untouched.  Public so that tools
+    (``benchmarks/propagation_speed.py``) can hand Shardy the same program.
+    """
     context = module.context
     maximal_devices: set[int] = set()
     updates = []
@@ -120,7 +132,7 @@ def _export_to_shardy(module: ir.Operation, mesh: Mesh) -> bool:
                 continue
             if sharding.is_maximal:
                 maximal_devices.add(sharding.maximal_device)
-            text = sdy_sharding_text(sharding, MESH_NAME)
+            text = _sdy_text(sharding)
         except ShardingError as error:
             diagnostics.error(error.location or value.location,
                               f"sharding constraint cannot be given to Shardy: {error.message}")
@@ -145,7 +157,7 @@ def _sdy_attr(value: ShardedValue, mesh: Mesh, maximal_devices: set[int],
             return None
         if sharding.is_maximal:
             maximal_devices.add(sharding.maximal_device)
-        return cached_attr(sdy_sharding_text(sharding, MESH_NAME), context)
+        return cached_attr(_sdy_text(sharding), context)
     op = value.owner
     elements = hlo.elements if hlo.kind == "tuple" else (hlo,) * len(op.results)
     if len(elements) != len(op.results):
@@ -160,8 +172,17 @@ def _sdy_attr(value: ShardedValue, mesh: Mesh, maximal_devices: set[int],
             continue
         if sharding.is_maximal:
             maximal_devices.add(sharding.maximal_device)
-        per_result.append(sdy_sharding_text(sharding, MESH_NAME)[len("#sdy.sharding"):])
+        per_result.append(_sdy_text(sharding)[len("#sdy.sharding"):])
     return cached_attr(f"#sdy.sharding_per_value<[{', '.join(per_result)}]>", context)
+
+
+def _sdy_text(sharding: Sharding) -> str:
+    """`sdy_sharding_text`, except that a maximal sharding has no dimensions:
+    Shardy's verifier takes ``<@maximal_mesh_3, []>`` (what JAX lowers) and
+    refuses one dimension sharding per tensor dimension."""
+    if sharding.is_maximal:
+        return f"#sdy.sharding<@maximal_mesh_{sharding.maximal_device}, []>"
+    return sdy_sharding_text(sharding, MESH_NAME)
 
 
 def _to_sharding(hlo: HloSharding | None, mesh: Mesh, value: ShardedValue) -> Sharding | None:
@@ -179,7 +200,6 @@ def _to_sharding(hlo: HloSharding | None, mesh: Mesh, value: ShardedValue) -> Sh
 
 
 def _error(value: ShardedValue, message: str) -> ShardingError:
-    from stablehlo_spmd.ir import source_position
     return ShardingError(message, source_position(value.location))
 
 
