@@ -60,7 +60,7 @@ def sdy_sharding_text(sharding: Sharding, mesh_name: str = "mesh") -> str:
     if sharding.manual:
         raise ShardingError("manual axes cannot be written as an sdy tensor sharding")
     if sharding.is_maximal:
-        return f"#sdy.sharding<@maximal_mesh_{sharding.maximal_device}, [{', '.join(['{}'] * sharding.rank)}]>"
+        return f"#sdy.sharding<@maximal_mesh_{sharding.maximal_device}, []>"  # no dims, as JAX
 
     def dimension(dim: int, axes: tuple[str, ...]) -> str:
         names = [f'"{a}"' for a in axes] + (["?"] if dim in sharding.open_dims else [])

@@ -71,6 +71,7 @@ from stablehlo_spmd.sharding import Sharding
 
 PIPELINE = "builtin.module(sdy-propagation-pipeline)"
 MESH_NAME = "mesh"
+ENTRY_NAME = "main"  # the function Shardy's call-graph passes look up by name
 
 # Ops the pipeline leaves that the round trip rewrites (all other sdy ops are refused).
 _HANDLED_SDY_OPS = {"sdy.mesh", "sdy.constant", "sdy.reshard", "sdy.sharding_constraint"}
@@ -79,9 +80,20 @@ _HANDLED_SDY_OPS = {"sdy.mesh", "sdy.constant", "sdy.reshard", "sdy.sharding_con
 def run_shardy_propagation(module: ir.Operation, mesh: Mesh) -> None:
     """Complete `module`'s shardings with Shardy; diagnostics on failure."""
     with module.context:
+        entry = _entry_function(module)
+        if entry is None:
+            return
         if not to_shardy(module, mesh):
             return
-        if not _run_pipeline(module):
+        renamed = entry != ENTRY_NAME
+        if renamed:
+            _rename_function(module, entry, ENTRY_NAME)
+        try:
+            ran = _run_pipeline(module)
+        finally:
+            if renamed:
+                _rename_function(module, ENTRY_NAME, entry)
+        if not ran:
             return
         if not _back_to_stablehlo(module):
             return
@@ -91,7 +103,43 @@ def run_shardy_propagation(module: ir.Operation, mesh: Mesh) -> None:
             diagnostics.error(error.location or module.location,
                               f"cannot read Shardy's answer back: {error.message}")
             return
-        _replicate_unsharded(module, mesh)
+        _replicate_unsharded(module)
+
+
+# ------------------------------------------------------------- the entry
+
+def _entry_function(module: ir.Operation) -> str | None:
+    """The name of the function Shardy will treat as ``@main``.
+
+    Shardy's call-graph passes look the entry up by the name ``main`` and
+    abort the whole process (a CHECK failure, not a diagnostic) when a module
+    with calls, or with only private functions, has none.  A module without
+    ``@main`` but with exactly one public function has it renamed to ``main``
+    while Shardy runs; any other module is refused here, with a diagnostic.
+    """
+    public = []
+    for func in functions(module):
+        name = ir.StringAttr(func.attributes["sym_name"]).value
+        if name == ENTRY_NAME:
+            return name
+        visibility = func.attributes["sym_visibility"] if "sym_visibility" in func.attributes \
+            else None
+        if visibility is None or ir.StringAttr(visibility).value == "public":
+            public.append(name)
+    if len(public) == 1:
+        return public[0]
+    found = ", ".join(f"@{name}" for name in public) or "none"
+    diagnostics.error(module.location, "the shardy engine needs one entry function: a "
+                      f"@{ENTRY_NAME}, or a single public function (public functions: {found})")
+    return None
+
+
+def _rename_function(module: ir.Operation, old: str, new: str) -> None:
+    for func in functions(module):
+        if ir.StringAttr(func.attributes["sym_name"]).value == old:
+            ir.SymbolTable.set_symbol_name(func, new)
+            break
+    ir.SymbolTable.replace_all_symbol_uses(old, new, module)
 
 
 # ------------------------------------------------------------------ to sdy
@@ -132,7 +180,7 @@ def to_shardy(module: ir.Operation, mesh: Mesh) -> bool:
                 continue
             if sharding.is_maximal:
                 maximal_devices.add(sharding.maximal_device)
-            text = _sdy_text(sharding)
+            text = sdy_sharding_text(sharding, MESH_NAME)
         except ShardingError as error:
             diagnostics.error(error.location or value.location,
                               f"sharding constraint cannot be given to Shardy: {error.message}")
@@ -157,7 +205,7 @@ def _sdy_attr(value: ShardedValue, mesh: Mesh, maximal_devices: set[int],
             return None
         if sharding.is_maximal:
             maximal_devices.add(sharding.maximal_device)
-        return cached_attr(_sdy_text(sharding), context)
+        return cached_attr(sdy_sharding_text(sharding, MESH_NAME), context)
     op = value.owner
     elements = hlo.elements if hlo.kind == "tuple" else (hlo,) * len(op.results)
     if len(elements) != len(op.results):
@@ -172,17 +220,8 @@ def _sdy_attr(value: ShardedValue, mesh: Mesh, maximal_devices: set[int],
             continue
         if sharding.is_maximal:
             maximal_devices.add(sharding.maximal_device)
-        per_result.append(_sdy_text(sharding)[len("#sdy.sharding"):])
+        per_result.append(sdy_sharding_text(sharding, MESH_NAME)[len("#sdy.sharding"):])
     return cached_attr(f"#sdy.sharding_per_value<[{', '.join(per_result)}]>", context)
-
-
-def _sdy_text(sharding: Sharding) -> str:
-    """`sdy_sharding_text`, except that a maximal sharding has no dimensions:
-    Shardy's verifier takes ``<@maximal_mesh_3, []>`` (what JAX lowers) and
-    refuses one dimension sharding per tensor dimension."""
-    if sharding.is_maximal:
-        return f"#sdy.sharding<@maximal_mesh_{sharding.maximal_device}, []>"
-    return sdy_sharding_text(sharding, MESH_NAME)
 
 
 def _to_sharding(hlo: HloSharding | None, mesh: Mesh, value: ShardedValue) -> Sharding | None:
@@ -318,7 +357,7 @@ def _reshard_back(op: ir.Operation) -> None:
     op.erase()
 
 
-def _replicate_unsharded(module: ir.Operation, mesh: Mesh) -> None:
+def _replicate_unsharded(module: ir.Operation) -> None:
     """``{replicated}`` on every tensor value Shardy left without a sharding."""
     context = module.context
     replicated = sharding_attr(HloSharding.replicated(), context)
