@@ -94,6 +94,10 @@ class Propagator:
         # A node's step depends only on its values' states (and, for a
         # broadcast, on the stage's direction): a node none of whose values
         # changed since its last step has nothing new to say.
+        # Partial bookkeeping: the roots (values where a partial sum was born)
+        # each partial value carries, and the roots chosen to be summed at once.
+        self.roots: list[frozenset[int]] = [frozenset()] * len(self.shapes)
+        self.sum_at_origin: set[int] = set()
         self._dirty = set(range(len(self.nodes)))
         self._projections: dict[tuple, list] = {}
         self._shardings: dict[tuple, Sharding] = {}
@@ -119,6 +123,78 @@ class Propagator:
         for stage in range(len(self.STAGES)):
             active = [i for i, node in enumerate(self.nodes) if self._in_stage(node, stage)]
             self._run_stage(active, stage)
+        if self._choose_where_to_sum():
+            self._run_stage(list(range(len(self.nodes))), len(self.STAGES) - 1)
+
+    # ------------------------------------------------- where partials are summed
+
+    def _choose_where_to_sum(self) -> bool:
+        """Sum a partial at its birth when carrying it costs more than that.
+
+        A partial that branches (or merges with others) may end up summed at
+        several places.  Roots that end up summed together form a group; if
+        summing the group's values where they are needed moves more bytes
+        than summing the group's roots where they are born (XLA's choice), the
+        roots are summed at birth.  (At equal cost the partial is kept: the
+        IR then shows where the sum is really needed.)  Returns True when anything
+        changed and propagation must settle again.
+        """
+        parent: dict[int, int] = {}
+
+        def find(root: int) -> int:
+            while parent.setdefault(root, root) != root:
+                parent[root] = parent[parent[root]]
+                root = parent[root]
+            return root
+
+        sites = self.sum_sites()
+        for value in sites:
+            roots = sorted(self.roots[value])
+            for other in roots[1:]:
+                parent[find(other)] = find(roots[0])
+        carried: dict[int, float] = collections.defaultdict(float)
+        at_birth: dict[int, float] = collections.defaultdict(float)
+        for value in sites:
+            if self.roots[value]:
+                carried[find(next(iter(self.roots[value])))] += self.sum_cost(value)
+        for root in {r for value in sites for r in self.roots[value]}:
+            at_birth[find(root)] += self.sum_cost(root)
+        groups = {group for group in carried if carried[group] > at_birth[group]}
+        chosen = {r for r in parent if find(r) in groups}
+        if not chosen:
+            return False
+        self.sum_at_origin |= chosen
+        for value, state in enumerate(self.states):
+            if self.roots[value] & chosen and not state.pinned:
+                state.unreduced, state.reduction = (), "sum"
+                self.roots[value] = frozenset()
+                self._dirty.update(self.users[value])
+        return True
+
+    def sum_cost(self, value: int) -> float:
+        """Per-device elements an all-reduce of `value`'s partial moves (2T(p-1)/p)."""
+        state = self.states[value]
+        partial_devices = _product(self.axis_size, state.unreduced)
+        split = 1
+        for axes in state.dims:
+            split *= _product(self.axis_size, axes)
+        return 2 * self.sizes[value] / split * (partial_devices - 1) / partial_devices
+
+    def sum_sites(self) -> list[int]:
+        """Partial values some consumer needs summed, each once, in value order."""
+        sites = set()
+        for index, node in enumerate(self.nodes):
+            if node.is_tie:
+                for a, b in ((node.operands[0], node.results[0]), (node.results[0], node.operands[0])):
+                    if a != NO_VALUE and self.states[a].unreduced and \
+                            (b == NO_VALUE or self.states[b].unreduced != self.states[a].unreduced):
+                        sites.add(a)
+                continue
+            for position, value in enumerate(node.operands):
+                if value != NO_VALUE and self.states[value].unreduced and \
+                        not self.accepts_unreduced(index, position):
+                    sites.add(value)
+        return sorted(sites)
 
     def _in_stage(self, node: Node, stage: int) -> bool:
         return stage > 0 or node.is_tie or node.rule.elementwise
@@ -291,6 +367,7 @@ class Propagator:
                     if self._operands_carry(node, factor, winners[factor][0]):
                         pending.update(winners[factor][0])
                         kind = rule.reduction
+        born = bool(pending)
         flowed, flowed_kind = self._linear_flow(node)
         if flowed:
             if kind is not None and flowed_kind != kind:
@@ -299,13 +376,16 @@ class Propagator:
             kind = flowed_kind
         if not pending:
             return []
+        inherited = frozenset().union(*(self.roots[v] for v in node.operands
+                                        if v != NO_VALUE and self.states[v].unreduced))
         changed = []
         for value in node.results:
             if value == NO_VALUE:
                 continue
             state = self.states[value]
-            if state.pinned:
+            if state.pinned or (born and value in self.sum_at_origin):
                 continue
+            self.roots[value] = self.roots[value] | inherited | ({value} if born else frozenset())
             in_dims = {a for axes in state.dims for a in axes}
             grown = (pending - in_dims) | set(state.unreduced)
             if len(grown) == len(state.unreduced) or (state.unreduced and state.reduction != kind):

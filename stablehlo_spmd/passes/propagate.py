@@ -95,6 +95,7 @@ class _Graph:
         self.mesh = mesh
         self.solver: Propagator | None = None
         self._attrs: dict[Sharding, ir.Attribute] = {}  # by identity-shared Sharding
+        self._summed_values: dict[int, ir.Value] = {}   # partial value id -> its marked sum
 
     # ---------------------------------------------------------------- build
 
@@ -343,12 +344,22 @@ class _Graph:
         return ops
 
     def _reshard_use(self, op: ir.Operation, position: int, value: int) -> None:
-        operand = op.operands[position]
-        summed = _summed(self.solver.sharding(value))
-        with ir.InsertionPoint(op), op.location:
-            call = stablehlo.CustomCallOp([operand.type], [operand], SHARDING_TARGET)
-        call.operation.attributes[MHLO_SHARDING] = sharding_attr(summed, op.context)
-        op.operands[position] = call.results[0]
+        """Make `op` read the summed value: one marked reshard per partial value,
+        placed right after its definition so it serves every use that needs it."""
+        summed_value = self._summed_values.get(value)
+        if summed_value is None:
+            operand = op.operands[position]
+            owner = operand.owner
+            if isinstance(owner, ir.Block):
+                point = ir.InsertionPoint.at_block_begin(owner)
+            else:
+                point = ir.InsertionPoint.after(owner.operation)
+            with point, op.location:
+                call = stablehlo.CustomCallOp([operand.type], [operand], SHARDING_TARGET)
+            call.operation.attributes[MHLO_SHARDING] = sharding_attr(
+                _summed(self.solver.sharding(value)), op.context)
+            summed_value = self._summed_values[value] = call.results[0]
+        op.operands[position] = summed_value
 
     def _explain(self, explain: bool, origins: bool) -> None:
         solver = self.solver

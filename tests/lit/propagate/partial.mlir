@@ -89,3 +89,41 @@ func.func @reduce_max(%x: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,4]<=[4]
   %0 = stablehlo.reduce(%x init: %cst) applies stablehlo.maximum across dimensions = [1] : (tensor<8x16xf32>, tensor<f32>) -> tensor<8xf32>
   return %0 : tensor<8xf32>
 }
+
+// -----
+
+// Two consumers that need the sum share one marked reshard.
+
+// CHECK-LABEL: func.func @two_consumers
+// CHECK: %[[P:.*]] = stablehlo.dot_general {{.*}}mhlo.sharding = "{unreduced}"
+// CHECK-NEXT: %[[S:.*]] = stablehlo.custom_call @Sharding(%[[P]]) {mhlo.sharding = "{replicated}"}
+// CHECK-NEXT: stablehlo.tanh %[[S]]
+// CHECK-NEXT: stablehlo.exponential %[[S]]
+// CHECK-NOT: custom_call
+func.func @two_consumers(%x: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"},
+                         %y: tensor<16x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> tensor<8x8xf32> {
+  %0 = stablehlo.dot_general %x, %y, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+  %1 = stablehlo.tanh %0 : tensor<8x8xf32>
+  %2 = stablehlo.exponential %0 : tensor<8x8xf32>
+  %3 = stablehlo.add %1, %2 : tensor<8x8xf32>
+  return %3 : tensor<8x8xf32>
+}
+
+// -----
+
+// A partial that branches into two paths which would each need their own
+// sum costs more to carry than to sum once where it is born: it is summed
+// at the dot, as XLA would, and no marked reshard is needed.
+
+// CHECK-LABEL: func.func @branching
+// CHECK: stablehlo.dot_general {{.*}}mhlo.sharding = "{replicated}"
+// CHECK-NOT: unreduced
+// CHECK-NOT: custom_call
+func.func @branching(%x: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"},
+                     %y: tensor<16x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+  %0 = stablehlo.dot_general %x, %y, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+  %1 = stablehlo.tanh %0 : tensor<8x8xf32>
+  %2 = stablehlo.negate %0 : tensor<8x8xf32>
+  %3 = stablehlo.tanh %2 : tensor<8x8xf32>
+  return %1, %3 : tensor<8x8xf32>, tensor<8x8xf32>
+}
