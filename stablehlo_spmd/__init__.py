@@ -8,6 +8,7 @@ the ones before it:
     ir, diagnostics, module_shardings          MLIR plumbing, located errors, sharding attrs
     passes/                                    one pass per file (spmd-annotate, ...)
     pipeline, api, cli/                        textual pipelines, Python API, CLIs
+    runtime                                    compile and run partitioned modules on PJRT
 """
 
 from stablehlo_spmd.api import (
@@ -19,9 +20,14 @@ from stablehlo_spmd.export import export
 from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.rules import Rule, RuleSet, load_rules, parse_rules
+from stablehlo_spmd.runtime import (
+    DeviceError, Executable, RuntimeCompileError, RuntimeInputError, ensure_host_devices, run,
+    run_single_device)
 from stablehlo_spmd.sharding import Sharding
 
 __all__ = [
+    "DeviceError", "Executable", "RuntimeCompileError", "RuntimeInputError", "ensure_host_devices",
+    "run", "run_single_device",
     "Diagnostic", "HloSharding", "Mesh", "PipelineError", "Rule", "RuleSet", "RulesError",
     "Sharding", "ShardingError", "ShardingSyntaxError", "SpmdError", "SpmdWarning",
     "TileAssignment", "annotate", "as_mesh", "export", "format_sharding", "load_rules",

@@ -10,8 +10,8 @@
 ready for ``stablehlo-spmd-opt --spmd-annotate=rules=...``.  ``explain``
 propagates shardings and prints, for every op, the sharding it got and the
 chain of ops and values it came through back to a user annotation: the
-answer to "why is this tensor sharded like that?".  (``run`` and ``demo``
-arrive with the partitioner.)
+answer to "why is this tensor sharded like that?".  ``run`` executes a
+partitioned module on its devices with inputs and outputs in ``.npz`` files.
 """
 
 from __future__ import annotations
@@ -68,6 +68,20 @@ def explain_command(input_file: str, rules: str | None) -> None:
         click.echo(str(diagnostic), err=True)
     if not ok:
         sys.exit(1)
+
+
+@cli.command("run")
+@click.argument("input_file", metavar="MODULE")
+@click.option("--inputs", "inputs_npz", default=None, metavar="IN.npz",
+              help="Inputs: argument i under its name (e.g. \"params['w1']\") or 'arg<i>'.")
+@click.option("--outputs", "outputs_npz", required=True, metavar="OUT.npz",
+              help="Where to write the results, as 'result0', 'result1', ...")
+def run_command(input_file: str, inputs_npz: str | None, outputs_npz: str) -> None:
+    """Run a partitioned module on its mhlo.num_partitions devices (CPU: host devices)."""
+    from stablehlo_spmd.runtime import run_files
+
+    for key, array in run_files(input_file, inputs_npz, outputs_npz):
+        click.echo(f"{key}: {array.dtype}{list(array.shape)}")
 
 
 def main(argv: list[str] | None = None) -> None:
