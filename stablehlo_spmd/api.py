@@ -19,6 +19,7 @@ from stablehlo_spmd.hlo_sharding import HloSharding, format_hlo_sharding, parse_
 from stablehlo_spmd.ir import make_context, parse_module, print_module
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.passes.annotate import AnnotatePass
+from stablehlo_spmd.passes.partition import PartitionPass
 from stablehlo_spmd.passes.propagate import PropagatePass
 from stablehlo_spmd.pipeline import Pipeline, parse_pipeline, run_pipeline
 from stablehlo_spmd.rules import RuleSet, load_rules, rules_from_python
@@ -89,6 +90,19 @@ def annotate(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet =
 def propagate(text: str, filename: str = "<input>", engine: str = "spmd") -> str:
     """Complete the shardings of an annotated module (GSPMD's sharding completion)."""
     return run_passes(text, Pipeline((PropagatePass(engine=engine),)), filename)
+
+
+def partition(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet = (),
+              filename: str = "<input>") -> str:
+    """annotate -> inline -> propagate -> partition: per-device StableHLO text.
+
+    The result is in the form `jax.shard_map` lowers to (global signature,
+    ``sdy.manual_computation`` body), ready for `stablehlo_spmd.run`.
+    """
+    rule_set = as_rule_set(rules, as_mesh(mesh) if mesh is not None else None)
+    pipeline = Pipeline((AnnotatePass(rules=rule_set), "inline", "symbol-dce", PropagatePass(),
+                         PartitionPass(), "canonicalize", "cse"))
+    return run_passes(text, pipeline, filename)
 
 
 def _surface(engine: DiagnosticEngine) -> None:

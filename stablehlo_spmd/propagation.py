@@ -9,8 +9,7 @@ tuples, not IR handles) and testable on its own.
 How a node propagates (Shardy's factor propagation):
 
 1. *Project*: each tensor dimension's axes are dealt out to the dimension's
-   factors, major to minor; a factor takes axes while they divide what is
-   left of it (the minor-most factor may take an uneven last axis).
+   factors (`op_rules.project_axes`, which the partitioner uses too).
 2. *Resolve*: per factor, the candidates from all tensors agree when one is
    a prefix of another (the longest wins); otherwise the one from the larger
    tensor wins, ties going to the first.  An axis can serve one factor only,
@@ -43,7 +42,7 @@ import dataclasses
 from typing import Sequence
 
 from stablehlo_spmd.mesh import Mesh
-from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow
+from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
 from stablehlo_spmd.sharding import Sharding
 
 Axes = tuple[str, ...]
@@ -258,7 +257,8 @@ class Propagator:
                 key = (axes, factors, rule.factor_sizes)
                 projection = self._projections.get(key)
                 if projection is None:
-                    projection = self._projections[key] = self._project(axes, factors, rule)
+                    projection = self._projections[key] = project_axes(
+                        axes, factors, rule.factor_sizes, self.axis_size)
                 for factor, factor_axes in projection:
                     current = best[factor]
                     if not current[0]:
@@ -286,31 +286,6 @@ class Propagator:
             used.update(kept)
             best[factor] = (tuple(kept), weight, source)
         return best
-
-    def _project(self, axes: Axes, factors: tuple[int, ...], rule: OpRule):
-        """Deal a dimension's axes out to its factors, major to minor."""
-        sizes = rule.factor_sizes
-        result = []
-        k, remaining, taken = 0, sizes[factors[0]], []
-        last = len(factors) - 1
-        for axis in axes:
-            size = self.axis_size[axis]
-            while remaining == 1 and k < last:
-                if taken:
-                    result.append((factors[k], tuple(taken)))
-                k += 1
-                remaining, taken = sizes[factors[k]], []
-            if remaining % size == 0:
-                taken.append(axis)
-                remaining //= size
-            elif k == last and remaining > 1:
-                taken.append(axis)  # an uneven split of the minor-most factor: padded later
-                remaining = 1
-            else:
-                break
-        if taken:
-            result.append((factors[k], tuple(taken)))
-        return result
 
     def _refine(self, value: int, dim_factors, rule: OpRule, winners, node_index: int) -> bool:
         state = self.states[value]
@@ -363,9 +338,13 @@ class Propagator:
         kind = None
         if rule.reduction == "sum":
             for factor, factor_kind in enumerate(rule.factor_kinds):
-                if factor_kind is FactorKind.REDUCTION and winners[factor][0]:
-                    if self._operands_carry(node, factor, winners[factor][0]):
-                        pending.update(winners[factor][0])
+                axes = winners[factor][0]
+                # An uneven reduced dim would sum its shards' padding: it is
+                # gathered instead, so no partial is born there.
+                if factor_kind is FactorKind.REDUCTION and axes and \
+                        rule.factor_sizes[factor] % _product(self.axis_size, axes) == 0:
+                    if self._operands_carry(node, factor, axes):
+                        pending.update(axes)
                         kind = rule.reduction
         born = bool(pending)
         flowed, flowed_kind = self._linear_flow(node)

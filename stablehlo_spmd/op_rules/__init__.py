@@ -179,6 +179,40 @@ def registered_ops() -> list[str]:
 
 # ------------------------------------------------------------- shared bits
 
+def project_axes(axes, factors: tuple[int, ...], factor_sizes: tuple[int, ...],
+                 axis_size: dict[str, int]) -> list[tuple[int, tuple[str, ...]]]:
+    """Deal a dimension's mesh axes out to its factors, major to minor.
+
+    A factor takes whole axes while they divide what is left of it; the
+    minor-most factor may take one last axis that does not divide it (an
+    uneven split: its shards are padded).  An axis that would straddle two
+    factors stops the dealing.  Returns ``[(factor, axes), ...]``.
+    """
+    if not factors:
+        return []
+    result = []
+    k, remaining, taken = 0, factor_sizes[factors[0]], []
+    last = len(factors) - 1
+    for axis in axes:
+        size = axis_size[axis]
+        while remaining == 1 and k < last:
+            if taken:
+                result.append((factors[k], tuple(taken)))
+            k += 1
+            remaining, taken = factor_sizes[factors[k]], []
+        if remaining % size == 0:
+            taken.append(axis)
+            remaining //= size
+        elif k == last and remaining > 1:
+            taken.append(axis)
+            remaining = 1
+        else:
+            break
+    if taken:
+        result.append((factors[k], tuple(taken)))
+    return result
+
+
 def shape_of(value: ir.Value) -> tuple[int, ...] | None:
     value_type = value.type
     if isinstance(value_type, ir.RankedTensorType):

@@ -1,0 +1,496 @@
+"""``spmd-partition``: rewrite a propagated module into one per-device program.
+
+The output has the shape ``jax.shard_map`` lowers to, so any PJRT client (and
+`jax`) can call it with global arrays: ``@main`` keeps its global argument and
+result types with ``sdy.sharding`` attributes, and its body is one
+``sdy.manual_computation`` over every mesh axis that holds the per-device
+program, with stablehlo collectives (global device ids, one channel each).
+
+Every op is partitioned by the same rule table propagation used:
+
+* each factor of the op gets the mesh axes the op's result sharding gives it
+  (REDUCTION factors: the axes its first operand has there), except that
+  PERMUTATION and NEED_REPLICATION factors, and factors the axes do not
+  divide evenly, get none: their data is gathered first;
+* each operand is resharded (`collectives.Emitter.reshard`, planned by
+  `reshard.plan`) to the layout those factor axes give it, keeping a partial
+  operand partial when the op is linear in it and its result stays partial;
+* the op is re-created with per-device types (its attributes do not change
+  for the ops that take this path: they name dimensions, not sizes);
+* its per-device result, partial on the axes of its sharded REDUCTION
+  factors, is resharded to the result's own sharding: this is where the
+  all-reduce or reduce-scatter a marked reshard asked for is emitted.
+
+Ops whose attributes hold sizes (slice, pad, gather, ...) and ops without a
+rule run replicated: operands gathered, the op on global shapes, results
+sliced to their sharding.  That is always correct; it is reported with a
+located warning when it replicates a tensor larger than `warn_bytes`.
+
+Calls must be inlined first (``inline`` before ``spmd-propagate``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from jaxlib.mlir import ir
+
+from stablehlo_spmd import diagnostics, op_rules
+from stablehlo_spmd.collectives import Emitter
+from stablehlo_spmd.errors import ShardingError
+from stablehlo_spmd.hlo_sharding import HloSharding
+from stablehlo_spmd.ir import parse_module
+from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.module_shardings import (
+    MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, SHARDING_TARGET, function_values, functions,
+    mesh_attr_text, module_mesh, read_hlo, sdy_sharding_text)
+from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
+from stablehlo_spmd.passes import ModulePass, register_pass
+from stablehlo_spmd.sharding import Sharding
+
+# Ops whose attributes name dimensions, never sizes: re-created as they are
+# with per-device types.
+_SIZE_FREE = {
+    "stablehlo.broadcast_in_dim", "stablehlo.transpose", "stablehlo.reshape",
+    "stablehlo.dot_general", "stablehlo.reduce", "stablehlo.select", "stablehlo.clamp",
+    "stablehlo.compare", "stablehlo.convert", "stablehlo.bitcast_convert",
+    "stablehlo.optimization_barrier", "stablehlo.sort", "stablehlo.concatenate",
+    "stablehlo.reverse",
+}
+_MESH_NAME = "mesh"
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class PartitionPass(ModulePass):
+    name: ClassVar[str] = "spmd-partition"
+    description: ClassVar[str] = "rewrite global shapes into per-device shapes with collectives"
+
+    warn_bytes: int = 64 * 2**20
+
+    def run(self, module: ir.Operation) -> None:
+        mesh = module_mesh(module)
+        if mesh is None:
+            diagnostics.error(module.location, "spmd-partition needs a propagated module "
+                              "(run spmd-annotate and spmd-propagate first)")
+            return
+        public = [f for f in functions(module) if not _is_private(f)]
+        if len(public) != 1 or len(functions(module)) != 1:
+            diagnostics.error(module.location, "spmd-partition expects one function: run "
+                              "'inline' and 'symbol-dce' before spmd-propagate")
+            return
+        with module.location:  # the default for types and ops built along the way
+            _Partitioner(module, public[0], mesh, self.warn_bytes).run()
+
+
+class _Partitioner:
+    def __init__(self, module: ir.Operation, func: ir.Operation, mesh: Mesh, warn_bytes: int):
+        self.module = module
+        self.func = func
+        self.mesh = mesh
+        self.warn_bytes = warn_bytes
+        self.context = module.context
+        self.emitter = Emitter(mesh, self.context)
+        self.axis_size = dict(zip(mesh.axis_names, mesh.mesh_shape))
+        self.local: dict[ir.Value, ir.Value] = {}
+        self.shardings: dict[ir.Value, Sharding] = {}
+
+    # -------------------------------------------------------------- driver
+
+    def run(self) -> None:
+        values = list(function_values(self.func))
+        arguments = [v for v in values if v.kind == "argument"]
+        results = [v for v in values if v.kind == "result"]
+        arg_shardings = [self._declared(v) for v in arguments]
+        result_shardings = [self._declared(v) for v in results]
+        if any(s is None for s in arg_shardings + result_shardings):
+            return
+        skeleton = self._skeleton(arguments, results, arg_shardings, result_shardings)
+        new_func = skeleton.regions[0].blocks[0].operations[1].operation
+        manual = next(op.operation for op in new_func.regions[0].blocks[0].operations
+                      if op.operation.name == "sdy.manual_computation")
+        body = manual.regions[0].blocks[0]
+        placeholder_return = body.operations[len(body.operations) - 1]
+        placeholders = [op.operation for op in list(body.operations)[:-1]]
+
+        entry = self.func.regions[0].blocks[0]
+        for old, new, sharding in zip(entry.arguments, body.arguments, arg_shardings):
+            self.local[old] = new
+            self.shardings[old] = sharding
+        terminator = entry.operations[len(entry.operations) - 1]
+        with ir.InsertionPoint(placeholder_return):
+            for op in list(entry.operations)[:-1]:
+                self._emit(op.operation)
+            returned = []
+            for index, operand in enumerate(terminator.operands):
+                with terminator.location:
+                    returned.append(self._to(operand, result_shardings[index]))
+        for index, value in enumerate(returned):
+            placeholder_return.operands[index] = value
+        for op in placeholders:
+            op.erase()
+        self._install(skeleton, new_func)
+
+    def _declared(self, value) -> Sharding | None:
+        try:
+            hlo = read_hlo(value)
+            if hlo is None or hlo.kind == "unknown":
+                return Sharding.replicated(self.mesh, value.rank or 0)
+            sharding = Sharding.from_hlo(hlo, self.mesh, value.rank or 0)
+        except ShardingError as error:
+            diagnostics.error(error.location or value.location, error.message)
+            return None
+        if sharding.unreduced:  # a function boundary carries full values
+            sharding = dataclasses.replace(sharding, unreduced=())
+        return sharding
+
+    def _skeleton(self, arguments, results, arg_shardings, result_shardings) -> ir.Operation:
+        """The output @main as text: global signature, an empty manual body
+        returning zeros of the per-device result types (replaced later).
+
+        ``sdy.manual_computation`` needs dimensions its axes divide, so an
+        uneven argument is zero-padded to whole shards before it (GSPMD's
+        padding, made explicit) and an uneven result sliced back after it.
+        """
+        def sdy(sharding):
+            return "<" + sdy_sharding_text(sharding, _MESH_NAME)[len("#sdy.sharding<"):]
+
+        def padded_type(value, sharding) -> ir.RankedTensorType:
+            local = sharding.shard_shape(tuple(value.type.shape))
+            whole = [size * sharding.num_shards(d) for d, size in enumerate(local)]
+            return ir.RankedTensorType.get(whole, value.type.element_type)
+
+        lines = []
+        operands = []
+        for i, (value, sharding) in enumerate(zip(arguments, arg_shardings)):
+            padded = padded_type(value, sharding)
+            if padded == value.type:
+                operands.append(f"%arg{i}")
+                continue
+            high = [p - g for p, g in zip(padded.shape, value.type.shape)]
+            zero = _zero(value.type.element_type)
+            element = value.type.element_type
+            lines.append(f"    %pad_value{i} = stablehlo.constant dense<{zero}> : tensor<{element}>")
+            lines.append(f"    %padded{i} = stablehlo.pad %arg{i}, %pad_value{i}, "
+                         f"low = {[0] * len(high)}, high = {high}, interior = {[0] * len(high)} "
+                         f": ({value.type}, tensor<{element}>) -> {padded}")
+            operands.append(f"%padded{i}")
+        args = ", ".join(f"%arg{i}: {v.type} {{sdy.sharding = #sdy.sharding{sdy(s)}}}"
+                         for i, (v, s) in enumerate(zip(arguments, arg_shardings)))
+        outs = ", ".join(f"{v.type} {{sdy.sharding = #sdy.sharding{sdy(s)}}}"
+                         for v, s in zip(results, result_shardings))
+        block_args = ", ".join(f"%local{i}: {_local_type(v.type, s)}"
+                               for i, (v, s) in enumerate(zip(arguments, arg_shardings)))
+        zeros = [f"      %zero{i} = stablehlo.constant dense<{_zero(v.type.element_type)}> : "
+                 f"{_local_type(v.type, s)}" for i, (v, s) in enumerate(zip(results, result_shardings))]
+        padded_results = [padded_type(v, s) for v, s in zip(results, result_shardings)]
+        count = f":{len(results)}" if len(results) > 1 else ""
+        returned = []
+        for i, (value, padded) in enumerate(zip(results, padded_results)):
+            name = f"%out#{i}" if len(results) > 1 else "%out"
+            if padded != value.type:
+                limits = ", ".join(f"0:{n}" for n in value.type.shape)
+                lines_after = f"    %sliced{i} = stablehlo.slice {name} [{limits}] : ({padded}) -> {value.type}"
+                returned.append((f"%sliced{i}", lines_after))
+            else:
+                returned.append((name, None))
+        manual_axes = ", ".join(f'"{a}"' for a in self.mesh.axis_names)
+        text = f"""module {{
+  sdy.mesh @{_MESH_NAME} = {mesh_attr_text(self.mesh)[len('#sdy.mesh'):]}
+  func.func public @main({args}) -> ({outs}) {{
+{chr(10).join(lines)}
+    %out{count} = sdy.manual_computation({", ".join(operands)}) in_shardings=[{", ".join(sdy(s) for s in arg_shardings)}] out_shardings=[{", ".join(sdy(s) for s in result_shardings)}] manual_axes={{{manual_axes}}} ({block_args}) {{
+{chr(10).join(zeros)}
+      sdy.return {", ".join(f"%zero{i}" for i in range(len(results)))} : {", ".join(str(_local_type(v.type, s)) for v, s in zip(results, result_shardings))}
+    }} : ({", ".join(str(p) if o.startswith("%padded") else str(v.type) for o, v, p in zip(operands, arguments, [padded_type(v, s) for v, s in zip(arguments, arg_shardings)]))}) -> ({", ".join(str(p) for p in padded_results)})
+{chr(10).join(line for _, line in returned if line)}
+    return {", ".join(name for name, _ in returned)} : {", ".join(str(v.type) for v in results)}
+  }}
+}}"""
+        return parse_module(text, "<spmd-partition>", self.context)
+
+    def _install(self, skeleton: ir.Operation, new_func: ir.Operation) -> None:
+        """Move the new @main and mesh into the module, replacing the old function."""
+        body = self.module.regions[0].blocks[0]
+        old_ops = list(body.operations)
+        skeleton_ops = list(skeleton.regions[0].blocks[0].operations)
+        for op in skeleton_ops:
+            op.operation.move_before(old_ops[0].operation) if old_ops else None
+        for op in old_ops:
+            if op.operation.name in ("func.func", "sdy.mesh"):
+                op.operation.erase()
+        new_func.attributes["sym_name"] = ir.StringAttr.get("main", self.context)
+        attributes = self.module.attributes
+        attributes[NUM_PARTITIONS] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(32, self.context), self.mesh.size)
+        attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(32, self.context), 1)
+        if MESH_ATTR in attributes:
+            del attributes[MESH_ATTR]
+
+    # ------------------------------------------------------------ per op
+
+    def _emit(self, op: ir.Operation) -> None:
+        name = op.name
+        with op.location:
+            if name == "stablehlo.custom_call" and _call_target(op) == SHARDING_TARGET:
+                target = self._result_shardings(op)[0]
+                self._bind(op.results[0], self._to(op.operands[0], target), target)
+                return
+            if name in ("stablehlo.constant", "stablehlo.iota"):
+                self._emit_created(op)
+                return
+            rule = op_rules.rule_for(op)
+            if rule is not None and (name in _SIZE_FREE or rule.elementwise
+                                     or name == "stablehlo.while"):
+                self._emit_by_rule(op, rule)
+            elif name in ("stablehlo.while", "stablehlo.if", "stablehlo.case"):
+                self._emit_with_regions(op)
+            else:
+                self._emit_replicated(op)
+
+    def _bind(self, old: ir.Value, new: ir.Value, sharding: Sharding) -> None:
+        self.local[old] = new
+        self.shardings[old] = sharding
+
+    def _result_shardings(self, op: ir.Operation) -> list[Sharding]:
+        shapes = [_shape(r) for r in op.results]
+        if MHLO_SHARDING not in op.attributes:
+            return [Sharding.replicated(self.mesh, len(s)) for s in shapes]
+        hlo = HloSharding.replicated()
+        try:
+            from stablehlo_spmd.module_shardings import _parse_cached
+            hlo = _parse_cached(ir.StringAttr(op.attributes[MHLO_SHARDING]).value)
+        except Exception:  # noqa: BLE001 - propagation wrote it; fall back to replicated
+            pass
+        elements = hlo.elements if hlo.kind == "tuple" else (hlo,) * len(shapes)
+        result = []
+        for element, shape in zip(elements, shapes):
+            try:
+                result.append(Sharding.from_hlo(element, self.mesh, len(shape)))
+            except ShardingError:
+                result.append(Sharding.replicated(self.mesh, len(shape)))
+        return result
+
+    def _to(self, value: ir.Value, target: Sharding) -> ir.Value:
+        """`value`'s per-device form, resharded to `target`."""
+        source = self.shardings.get(value)
+        local = self.local[value]
+        if source is None or source == target or not _shape(value):
+            if source is not None and source != target and not _shape(value):
+                return self.emitter.reshard(local, source, target, ())
+            return local
+        return self.emitter.reshard(local, source, target, _shape(value))
+
+    # ----------------------------------------------------- rule-driven ops
+
+    def _emit_by_rule(self, op: ir.Operation, rule: OpRule) -> None:
+        wanted = self._result_shardings(op)
+        axes = self._factor_axes(op, rule, wanted)
+        operands = []
+        partial_operands = set()
+        result_partial = wanted[0].unreduced if wanted else ()
+        for index, (operand, dims) in enumerate(zip(op.operands, rule.operands)):
+            required = self._layout(dims, axes)
+            source = self.shardings.get(operand)
+            keep_partial = (source is not None and source.unreduced and rule.unreduced
+                            is not UnreducedFlow.NONE and index in rule.linear_operands
+                            and set(source.unreduced) <= set(result_partial))
+            if keep_partial:
+                required = dataclasses.replace(required, unreduced=source.unreduced,
+                                               reduction=source.reduction)
+                partial_operands.add(index)
+            operands.append(self._to(operand, required) if _shape(operand) is not None
+                            else self.local[operand])
+        produced = []
+        reduction_axes = tuple(a for f, kind in enumerate(rule.factor_kinds)
+                               if kind is FactorKind.REDUCTION for a in axes[f])
+        flowed = ()
+        if partial_operands:
+            flowed = self.shardings[op.operands[min(partial_operands)]].unreduced
+        for dims in rule.results:
+            layout = self._layout(dims, axes)
+            unreduced = tuple(dict.fromkeys(reduction_axes + flowed))
+            if unreduced:
+                layout = dataclasses.replace(layout, unreduced=unreduced,
+                                             reduction=rule.reduction or "sum")
+            produced.append(layout)
+        result_types = [_local_type(r.type, s) for r, s in zip(op.results, produced)]
+        new_op = self._create(op, operands, result_types)
+        for old, new, layout, target in zip(op.results, new_op.results, produced, wanted):
+            self._bind(old, new, layout)
+            if not set(target.unreduced) <= set(layout.unreduced):
+                # The op could not leave the partial propagation planned (an
+                # uneven reduction was gathered): its full value serves the same.
+                target = dataclasses.replace(target, unreduced=(), reduction="sum")
+            if layout != target:
+                self._bind(old, self._to(old, target), target)
+
+    def _factor_axes(self, op: ir.Operation, rule: OpRule, wanted: list[Sharding]) -> list[tuple]:
+        """The mesh axes each factor runs over in the per-device op."""
+        axes: list[tuple] = [()] * rule.num_factors
+        assigned = [False] * rule.num_factors
+        for sharding, dims in zip(wanted, rule.results):
+            for dim, factors in enumerate(dims):
+                dealt = project_axes(sharding.dim_axes[dim], factors, rule.factor_sizes,
+                                     self.axis_size)
+                for factor, factor_axes in dealt:
+                    if not assigned[factor]:
+                        axes[factor], assigned[factor] = factor_axes, True
+        for operand, dims in zip(op.operands, rule.operands):
+            source = self.shardings.get(operand)
+            if source is None:
+                continue
+            for dim, factors in enumerate(dims):
+                dealt = project_axes(source.dim_axes[dim], factors, rule.factor_sizes,
+                                     self.axis_size)
+                for factor, factor_axes in dealt:
+                    if not assigned[factor] and rule.factor_kinds[factor] is FactorKind.REDUCTION:
+                        axes[factor], assigned[factor] = factor_axes, True
+        compound = {f for tensor in (*rule.operands, *rule.results) for dim in tensor
+                    if len(dim) > 1 for f in dim}
+        used: set[str] = set()
+        for factor, kind in enumerate(rule.factor_kinds):
+            keep = kind in (FactorKind.PASS_THROUGH, FactorKind.REDUCTION)
+            if kind is FactorKind.REDUCTION and not rule.reduction:
+                keep = False
+            # Padding of an uneven shard is harmless where each element is
+            # computed on its own, but a reduction would read it and a
+            # compound (reshaped) dim would misplace it: those must divide.
+            uneven = rule.factor_sizes[factor] % self.mesh.axes_size(axes[factor])
+            if uneven and (kind is FactorKind.REDUCTION or factor in compound):
+                keep = False
+            if not keep or used & set(axes[factor]):
+                axes[factor] = ()
+            used.update(axes[factor])
+        return axes
+
+    def _layout(self, dims, axes) -> Sharding:
+        """The sharding a tensor has when each factor runs over its axes."""
+        dim_axes = []
+        for factors in dims:
+            collected = []
+            for factor in factors:
+                collected.extend(axes[factor])
+            dim_axes.append(tuple(collected))
+        return Sharding(self.mesh, tuple(dim_axes))
+
+    def _create(self, op: ir.Operation, operands, result_types) -> ir.Operation:
+        attributes = {n: op.attributes[n] for n in op.attributes if n != MHLO_SHARDING}
+        new_op = ir.Operation.create(op.name, results=result_types, operands=operands,
+                                     attributes=attributes, regions=len(op.regions))
+        for old_region, new_region in zip(op.regions, new_op.regions):
+            self._clone_region(op, old_region, new_region)
+        return new_op
+
+    def _clone_region(self, parent: ir.Operation, old_region, new_region) -> None:
+        """Bodies of reduce/sort/scatter (scalars) and of while (carries)."""
+        carries = self._result_shardings(parent) if parent.name == "stablehlo.while" else None
+        for old_block in old_region.blocks:
+            arg_types, arg_shardings = [], []
+            for index, argument in enumerate(old_block.arguments):
+                sharding = carries[index] if carries else Sharding.replicated(
+                    self.mesh, len(_shape(argument) or ()))
+                arg_shardings.append(sharding)
+                arg_types.append(_local_type(argument.type, sharding))
+            new_block = new_region.blocks.append(*arg_types)
+            for old, new, sharding in zip(old_block.arguments, new_block.arguments, arg_shardings):
+                self._bind(old, new, sharding)
+            with ir.InsertionPoint(new_block):
+                operations = list(old_block.operations)
+                for inner in operations[:-1]:
+                    self._emit(inner.operation)
+                terminator = operations[-1].operation
+                with terminator.location:
+                    if carries and parent.name == "stablehlo.while" and \
+                            old_region == parent.regions[1]:
+                        operands = [self._to(v, s) for v, s in zip(terminator.operands, carries)]
+                    else:
+                        operands = [self._to(v, Sharding.replicated(self.mesh, len(_shape(v) or ())))
+                                    if _shape(v) else self.local[v] for v in terminator.operands]
+                    ir.Operation.create(terminator.name, operands=operands)
+
+    def _emit_with_regions(self, op: ir.Operation) -> None:
+        self._emit_replicated(op)
+
+    # ------------------------------------------------- created and fallback
+
+    def _emit_created(self, op: ir.Operation) -> None:
+        """constant / iota: build the global value, keep this device's part."""
+        target = self._result_shardings(op)[0]
+        shape = _shape(op.results[0])
+        local_type = _local_type(op.results[0].type, target)
+        if op.name == "stablehlo.constant":
+            value = op.attributes["value"]
+            if isinstance(value, ir.DenseElementsAttr) and value.is_splat:
+                splat = ir.DenseElementsAttr.get_splat(local_type, value.get_splat_value())
+                new = ir.Operation.create(op.name, results=[local_type], attributes={"value": splat})
+                self._bind(op.results[0], new.results[0], target)
+                return
+        new = self._create(op, [], [op.results[0].type])
+        replicated = Sharding.replicated(self.mesh, len(shape))
+        self._bind(op.results[0], new.results[0], replicated)
+        self._bind(op.results[0], self._to(op.results[0], target), target)
+
+    def _emit_replicated(self, op: ir.Operation) -> None:
+        """Any op, correctly: gather the operands, run it whole, slice the results."""
+        operands = []
+        for operand in op.operands:
+            shape = _shape(operand)
+            if shape is None:
+                operands.append(self.local[operand])
+                continue
+            full = Sharding.replicated(self.mesh, len(shape))
+            source = self.shardings.get(operand)
+            if source is not None and source != full:
+                self._warn_if_large(op, operand, source)
+            operands.append(self._to(operand, full))
+        new_op = self._create(op, operands, [r.type for r in op.results])
+        for old, new, target in zip(op.results, new_op.results, self._result_shardings(op)):
+            self._bind(old, new, Sharding.replicated(self.mesh, len(_shape(old) or ())))
+            if _shape(old) is not None:
+                self._bind(old, self._to(old, target), target)
+
+    def _warn_if_large(self, op: ir.Operation, operand: ir.Value, source: Sharding) -> None:
+        shaped = operand.type
+        size = 1
+        for d in shaped.shape:
+            size *= d
+        size *= max(1, shaped.element_type.width // 8) if hasattr(shaped.element_type, "width") else 4
+        if size > 0 and size >= self._warn_limit():
+            diagnostics.warning(op.location, f"'{op.name}' has no partitioned form: its operand "
+                                f"{shaped} ({size} bytes, sharded {source}) is gathered in full")
+
+    def _warn_limit(self) -> int:
+        return self.warn_bytes
+
+
+def _shape(value: ir.Value) -> tuple[int, ...] | None:
+    value_type = value.type
+    return tuple(value_type.shape) if isinstance(value_type, ir.RankedTensorType) else None
+
+
+def _local_type(value_type: ir.Type, sharding: Sharding) -> ir.Type:
+    if not isinstance(value_type, ir.RankedTensorType):
+        return value_type
+    local = sharding.shard_shape(tuple(value_type.shape))
+    return ir.RankedTensorType.get(local, value_type.element_type)
+
+
+def _zero(element_type: ir.Type) -> str:
+    """A zero literal of `element_type` for a dense attribute."""
+    if isinstance(element_type, ir.IntegerType):
+        return "false" if element_type.width == 1 else "0"
+    if isinstance(element_type, ir.ComplexType):
+        return "(0.0, 0.0)"
+    return "0.0"
+
+
+def _call_target(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["call_target_name"]).value
+
+
+def _is_private(func: ir.Operation) -> bool:
+    return ("sym_visibility" in func.attributes
+            and ir.StringAttr(func.attributes["sym_visibility"]).value == "private")

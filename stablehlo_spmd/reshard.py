@@ -1,0 +1,440 @@
+"""The reshard planner: turn one sharding of a tensor into another, cheaply.
+
+`plan(source, target, shape, element_bytes)` returns the ordered collectives
+(`Step`s) that turn a tensor laid out as `source` into the layout `target` on
+the same mesh, each priced in bytes moved per device with DESIGN.md's table.
+This module is pure mesh + sharding arithmetic; `collectives.py` turns the
+steps into StableHLO.
+
+The layout model (GSPMD's)
+--------------------------
+A dimension of size ``n`` split over axes of ``p`` devices in all holds
+``ceil(n / p)`` elements per device; the device whose row-major coordinate
+over those axes (major to minor) is ``k`` holds elements ``[k*s, (k+1)*s)``,
+and positions past ``n`` are padding (zeros here).  Every intermediate of a
+plan is such a layout, so a step's result shape is its `Step.result`
+sharding's ``shard_shape``.
+
+Moves, and when they need no extra data movement
+------------------------------------------------
+Only the minor end of a dimension's axes can change in place: a group of
+axes ``G`` (``q`` devices) can be appended (slice, reduce_scatter, the
+receiving side of an all_to_all) or removed (all_gather, the sending side of
+an all_to_all) when the coarser blocks are exactly ``q`` finer ones, that is
+when ``q`` divides the coarse shard size, or when no axis stays on the
+dimension (the coarse "shard" is then the whole dimension, which can be
+padded or trimmed freely).  Otherwise the dimension is gathered further first.
+
+Search
+------
+The planner runs a cheapest-path search (by bytes, then by number of steps)
+over intermediate layouts.  To keep the space small, moves that *add* axes
+to a dimension only add the target's next axes for that dimension, and a
+collective_permute only jumps to a layout whose dimensions are prefixes of
+the target's with the same shard counts; gathers may drop any minor group.
+Size-1 mesh axes never move data, so they are dropped before the search.
+
+Limits: the move set is not complete, so "cheapest" means cheapest among
+these moves.  Uneven splits that cannot happen in place gather the dimension
+whole first (GSPMD would sometimes exchange halos instead), and removing an
+axis that is not at the minor end gathers every axis minor to it too (dim
+``(x, y) -> (y)`` gathers both, then slices ``y`` again) where a chain of
+all_to_alls could move less.
+
+Costs (T: bytes of the tensor the group of ``q`` devices covers at that step,
+B: this device's bytes before the step, both including padding)
+all_gather (q-1)B = T(q-1)/q;  slice 0;  all_to_all B(q-1)/q = T(q-1)/q²;
+all_reduce 2B(q-1)/q;  reduce_scatter B(q-1)/q;  collective_permute B = T/q.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import heapq
+import itertools
+import math
+from fractions import Fraction
+from typing import Iterable, Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+from stablehlo_spmd.errors import ShardingError
+from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.sharding import Sharding
+
+DEFAULT_WARN_BYTES = 64 * 2**20
+
+STEP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "slice",
+              "collective_permute")
+
+
+class ReshardError(ShardingError):
+    """The two shardings cannot be connected (different meshes, new unreduced axes, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One collective (or local slice) of a reshard plan.
+
+    `axes` are the mesh axes forming the replica groups, row-major in the
+    order given (a device's position in its group is its coordinate over
+    them).  `dim` is the tensor dimension gathered, scattered or sliced; for
+    an all_to_all it is the dimension that loses the axes (the concat
+    dimension) and `dim2` the one that gains them (the split dimension).
+    `reduction` is "sum", "max" or "min" for all_reduce and reduce_scatter,
+    "" otherwise.  `pairs` are the (source, target) device ids of a
+    collective_permute, every device included (a device keeping its block
+    is paired with itself).  `replicates_fully` marks a step whose result, an
+    intermediate of the plan, is the whole tensor on every device and larger
+    than the plan's `warn_bytes`.  `result` is the layout after the step; it
+    is not part of equality, so tests can spell expected plans without it.
+    """
+
+    kind: str
+    axes: tuple[str, ...] = ()
+    dim: int | None = None
+    dim2: int | None = None
+    reduction: str = ""
+    bytes_per_device: float = 0.0
+    replicates_fully: bool = False
+    pairs: tuple[tuple[int, int], ...] = ()
+    result: Sharding | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+def plan(source: Sharding, target: Sharding, shape: Sequence[int], element_bytes: int,
+         warn_bytes: float = DEFAULT_WARN_BYTES) -> list[Step]:
+    """The cheapest list of steps turning `source` into `target` for a tensor of `shape`.
+
+    Raises `ReshardError` when no plan exists: different meshes or manual
+    axes, a maximal sharding on one side only, or a target with unreduced
+    axes (or another reduction) that the source does not have.  Plans are
+    cached by their arguments (shardings are values).
+    """
+    shape = tuple(int(n) for n in shape)
+    _check_plannable(source, target, shape)
+    return list(_plan_cached(source, target, shape, int(element_bytes), float(warn_bytes)))
+
+
+def plan_cost(steps: Iterable[Step]) -> float:
+    """Bytes moved per device by a plan."""
+    return float(sum(step.bytes_per_device for step in steps))
+
+
+# ------------------------------------------------------------ device layout
+
+def axis_coordinate(mesh: Mesh, device: int, axes: Sequence[str]) -> int:
+    """The row-major coordinate of `device` over `axes` (listed major to minor)."""
+    coords = _coordinates(mesh)[device]
+    index = 0
+    for axis in axes:
+        index = index * mesh.axis_size(axis) + int(coords[mesh.axis_index(axis)])
+    return index
+
+
+def replica_groups(mesh: Mesh, axes: Sequence[str]) -> list[list[int]]:
+    """Groups of device ids that differ only along `axes`, each ordered by coordinate."""
+    positions = [mesh.axis_index(a) for a in axes]
+    others = [i for i in range(mesh.rank) if i not in positions]
+    # Mesh axes as array dims: group dims last (in the order given), so that
+    # every row of the flattened array is one group in coordinate order.
+    devices = mesh.devices.transpose(others + positions)
+    return devices.reshape(-1, mesh.axes_size(axes)).tolist()
+
+
+def shard_offsets(sharding: Sharding, shape: Sequence[int]) -> dict[int, tuple[int, ...]]:
+    """For each device id, the global start index of its shard along each dim (padding included)."""
+    sizes = sharding.shard_shape(shape)
+    return {device: tuple(axis_coordinate(sharding.mesh, device, axes) * size
+                          for axes, size in zip(sharding.dim_axes, sizes))
+            for device in sharding.mesh.device_ids}
+
+
+@functools.lru_cache(maxsize=64)
+def _coordinates(mesh: Mesh) -> np.ndarray:
+    """Row `d`: the mesh coordinate of device id `d`."""
+    return np.stack(np.unravel_index(mesh.device_positions, mesh.mesh_shape), axis=1)
+
+
+# ------------------------------------------------------------ validation
+
+def _check_plannable(source: Sharding, target: Sharding, shape: tuple[int, ...]) -> None:
+    if source.mesh != target.mesh:
+        raise ReshardError(f"cannot reshard between meshes [{source.mesh.describe_axes()}] "
+                           f"and [{target.mesh.describe_axes()}]")
+    if source.rank != len(shape) or target.rank != len(shape):
+        raise ReshardError(f"shardings of rank {source.rank} and {target.rank} do not fit "
+                           f"shape {list(shape)}")
+    if source.is_maximal or target.is_maximal:
+        if source != target:
+            raise ReshardError("the planner does not move tensors to or from a single device")
+    if source.manual != target.manual:
+        raise ReshardError(f"manual axes differ ({list(source.manual)} vs {list(target.manual)})")
+    extra = [a for a in target.unreduced if a not in source.unreduced]
+    if extra:
+        raise ReshardError(f"target {target} is unreduced along {extra}, which the source "
+                           f"{source} is not: a reshard cannot make partial values")
+    if target.unreduced and target.reduction != source.reduction:
+        raise ReshardError(f"source pends a {source.reduction} but target a {target.reduction}")
+
+
+# ------------------------------------------------------------ the search
+
+class _Layout(NamedTuple):
+    """A search state: axes per dim (major to minor) and the unreduced axes still pending."""
+    dims: tuple[tuple[str, ...], ...]
+    pending: frozenset[str]
+
+
+class _Move(NamedTuple):
+    step: Step  # without `result` (and permute `pairs`), filled in once the path is known
+    after: _Layout
+    cost: Fraction
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_cached(source: Sharding, target: Sharding, shape: tuple[int, ...],
+                 element_bytes: int, warn_bytes: float) -> tuple[Step, ...]:
+    problem = _Problem(source, target, shape, element_bytes)
+    moves = problem.cheapest_path()
+    steps, before = [], problem.start
+    for index, move in enumerate(moves):
+        last = index == len(moves) - 1
+        result = target if last else problem.sharding(move.after)
+        step = dataclasses.replace(move.step, result=result)
+        if not last and all(not axes for axes in move.after.dims):
+            step = dataclasses.replace(step, replicates_fully=problem.global_bytes > warn_bytes)
+        if step.kind == "collective_permute":  # device pairs only for the chosen permutes
+            step = dataclasses.replace(step, pairs=problem.permutation(before, move.after))
+        steps.append(step)
+        before = move.after
+    return tuple(steps)
+
+
+class _Problem:
+    """One (source, target, shape) planning problem; generates the moves of the search."""
+
+    def __init__(self, source: Sharding, target: Sharding, shape: tuple[int, ...],
+                 element_bytes: int):
+        self.mesh = source.mesh
+        self.source = source
+        self.shape = shape
+        self.element_bytes = element_bytes
+        self.reduction = source.reduction
+        trivial = {a for a in self.mesh.axis_names if self.mesh.axis_size(a) == 1}
+        self.start = _Layout(_drop(source.dim_axes, trivial),
+                             frozenset(source.unreduced) - trivial)
+        self.goal = _Layout(_drop(target.dim_axes, trivial),
+                            frozenset(target.unreduced) - trivial)
+        # Axes that never move: manual ones, and size-1 ones (data-wise no-ops).
+        self.fixed = frozenset(source.manual) | trivial
+        self.global_bytes = math.prod(shape) * element_bytes
+
+    # -------------------------------------------------------- layout sizes
+
+    def shards(self, axes: Iterable[str]) -> int:
+        return self.mesh.axes_size(axes)
+
+    def local_shape(self, layout: _Layout) -> tuple[int, ...]:
+        return tuple(-(-n // self.shards(axes)) for n, axes in zip(self.shape, layout.dims))
+
+    def nbytes(self, shape: Iterable[int]) -> int:
+        return math.prod(shape) * self.element_bytes
+
+    def sharding(self, layout: _Layout) -> Sharding:
+        return Sharding(self.mesh, layout.dims, unreduced=tuple(layout.pending),
+                        reduction=self.reduction, manual=self.source.manual)
+
+    def splittable(self, dim: int, major: Sequence[str], q: int) -> bool:
+        """Can the shards of `dim` over `major` be cut into `q` finer ones in place?"""
+        shards = self.shards(major)
+        return shards == 1 or -(-self.shape[dim] // shards) % q == 0
+
+    def padded_bytes(self, layout: _Layout, dim: int, q: int) -> int:
+        """Local bytes once `dim` is padded to `q` shards of the finer size."""
+        shape = list(self.local_shape(layout))
+        finer = -(-self.shape[dim] // (self.shards(layout.dims[dim]) * q))
+        shape[dim] = q * finer
+        return self.nbytes(shape)
+
+    def next_axes(self, layout: _Layout, dim: int) -> tuple[str, ...] | None:
+        """The target's axes still to add to `dim`, or None when `dim` is off the target's path."""
+        have, want = layout.dims[dim], self.goal.dims[dim]
+        return want[len(have):] if want[:len(have)] == have else None
+
+    def free_axes(self, layout: _Layout) -> frozenset[str]:
+        used = {a for axes in layout.dims for a in axes} | layout.pending | self.fixed
+        return frozenset(self.mesh.axis_names) - used
+
+    # -------------------------------------------------------- search
+
+    def cheapest_path(self) -> list[_Move]:
+        """Dijkstra over layouts, by (bytes, steps); ties keep the first move generated."""
+        best = {self.start: (Fraction(0), 0)}
+        came_from: dict[_Layout, tuple[_Layout, _Move]] = {}
+        frontier = [(Fraction(0), 0, 0, self.start)]
+        tie = itertools.count(1)
+        while frontier:
+            cost, steps, _, layout = heapq.heappop(frontier)
+            if layout == self.goal:
+                return _path_to(layout, came_from)
+            if (cost, steps) > best[layout]:
+                continue
+            for move in self.moves(layout):
+                key = (cost + move.cost, steps + 1)
+                if key < best.get(move.after, (math.inf, 0)):
+                    best[move.after] = key
+                    came_from[move.after] = (layout, move)
+                    heapq.heappush(frontier, (*key, next(tie), move.after))
+        raise AssertionError("gathering everything and slicing again always reaches the target")
+
+    def moves(self, layout: _Layout) -> Iterator[_Move]:
+        yield from self.slices(layout)
+        yield from self.reduce_scatters(layout)
+        yield from self.all_reduces(layout)
+        yield from self.all_to_alls(layout)
+        yield from self.all_gathers(layout)
+        yield from self.permutes(layout)
+
+    def slices(self, layout: _Layout) -> Iterator[_Move]:
+        free = self.free_axes(layout)
+        for dim, group in self.target_groups(layout, lambda a: a in free):
+            after = _with_dim(layout, dim, layout.dims[dim] + group)
+            yield _Move(Step("slice", group, dim), after, Fraction(0))
+
+    def reduce_scatters(self, layout: _Layout) -> Iterator[_Move]:
+        to_reduce = layout.pending - self.goal.pending
+        for dim, group in self.target_groups(layout, lambda a: a in to_reduce):
+            q = self.shards(group)
+            after = _with_dim(layout, dim, layout.dims[dim] + group)
+            after = after._replace(pending=layout.pending - set(group))
+            cost = Fraction(self.padded_bytes(layout, dim, q) * (q - 1), q)
+            yield _Move(Step("reduce_scatter", group, dim, reduction=self.reduction,
+                             bytes_per_device=float(cost)), after, cost)
+
+    def target_groups(self, layout: _Layout, allowed) -> Iterator[tuple[int, tuple[str, ...]]]:
+        """(dim, group): the target's next axes of `dim`, all `allowed`, splittable in place."""
+        for dim in range(len(layout.dims)):
+            upcoming = self.next_axes(layout, dim) or ()
+            for k in range(1, len(upcoming) + 1):
+                group = upcoming[:k]
+                if not allowed(group[-1]):
+                    break
+                if self.splittable(dim, layout.dims[dim], self.shards(group)):
+                    yield dim, group
+
+    def all_reduces(self, layout: _Layout) -> Iterator[_Move]:
+        to_reduce = sorted(layout.pending - self.goal.pending, key=self.mesh.axis_index)
+        local = self.nbytes(self.local_shape(layout))
+        for count in range(len(to_reduce), 0, -1):
+            for group in itertools.combinations(to_reduce, count):
+                q = self.shards(group)
+                cost = Fraction(2 * local * (q - 1), q)
+                after = layout._replace(pending=layout.pending - set(group))
+                yield _Move(Step("all_reduce", group, reduction=self.reduction,
+                                 bytes_per_device=float(cost)), after, cost)
+
+    def all_gathers(self, layout: _Layout) -> Iterator[_Move]:
+        local = self.nbytes(self.local_shape(layout))
+        for dim, axes in enumerate(layout.dims):
+            for cut in range(len(axes)):
+                major, group = axes[:cut], axes[cut:]
+                q = self.shards(group)
+                if self.splittable(dim, major, q):
+                    cost = Fraction(local * (q - 1))
+                    yield _Move(Step("all_gather", group, dim, bytes_per_device=float(cost)),
+                                _with_dim(layout, dim, major), cost)
+
+    def all_to_alls(self, layout: _Layout) -> Iterator[_Move]:
+        """Move a minor group of `source_dim`'s axes to the minor end of another dim."""
+        for source_dim, axes in enumerate(layout.dims):
+            for cut in range(len(axes)):
+                major, group = axes[:cut], axes[cut:]
+                q = self.shards(group)
+                if not self.splittable(source_dim, major, q):
+                    continue
+                for dest_dim in range(len(layout.dims)):
+                    upcoming = self.next_axes(layout, dest_dim) if dest_dim != source_dim else None
+                    if not upcoming or upcoming[:len(group)] != group:
+                        continue
+                    if not self.splittable(dest_dim, layout.dims[dest_dim], q):
+                        continue
+                    after = _with_dim(layout, source_dim, major)
+                    after = _with_dim(after, dest_dim, layout.dims[dest_dim] + group)
+                    cost = Fraction(self.padded_bytes(layout, dest_dim, q) * (q - 1), q)
+                    yield _Move(Step("all_to_all", group, source_dim, dest_dim,
+                                     bytes_per_device=float(cost)), after, cost)
+
+    def permutes(self, layout: _Layout) -> Iterator[_Move]:
+        """Same shard counts per dim, other devices: jump to a layout on the target's path."""
+        options = []
+        for dim, axes in enumerate(layout.dims):
+            want = self.goal.dims[dim]
+            count = self.shards(axes)
+            options.append([want[:k] for k in range(len(want) + 1)
+                            if self.shards(want[:k]) == count])
+        local = self.nbytes(self.local_shape(layout))
+        for dims in itertools.product(*options):
+            used = [a for axes in dims for a in axes]
+            if dims == layout.dims or len(set(used)) != len(used) or layout.pending & set(used):
+                continue
+            yield _Move(Step("collective_permute", bytes_per_device=float(local)),
+                        layout._replace(dims=tuple(dims)), Fraction(local))
+
+    def permutation(self, before: _Layout, after: _Layout) -> tuple[tuple[int, int], ...]:
+        """(source, target) device pairs giving every device the block it needs.
+
+        Devices that differ only along pending axes hold the partials of one
+        value, which must arrive together: the matching is made among devices at
+        coordinate 0 along the pending axes, then repeated along them.
+        """
+        mesh = self.mesh
+        pending = [mesh.axis_index(a) for a in before.pending]
+
+        def blocks(layout: _Layout, device: int) -> tuple[int, ...]:
+            return tuple(axis_coordinate(mesh, device, axes) for axes in layout.dims)
+
+        base = [int(d) for d in mesh.device_ids
+                if not any(_coordinates(mesh)[d][pending].tolist())]
+        holders: dict[tuple[int, ...], list[int]] = {}
+        for device in base:
+            holders.setdefault(blocks(before, device), []).append(device)
+        matches, needy = {}, []
+        for device in base:
+            wanted = blocks(after, device)
+            if device in holders[wanted]:  # already holds its block: keep it in place
+                holders[wanted].remove(device)
+                matches[device] = device
+            else:
+                needy.append((device, wanted))
+        for device, wanted in needy:
+            matches[device] = holders[wanted].pop(0)
+        pairs = []
+        for offset in np.ndindex(*(mesh.mesh_shape[i] for i in pending)):
+            for target, source in matches.items():
+                pairs.append((_shifted(mesh, source, pending, offset),
+                              _shifted(mesh, target, pending, offset)))
+        return tuple(sorted(pairs, key=lambda pair: pair[1]))
+
+
+def _shifted(mesh: Mesh, device: int, mesh_dims: list[int], coordinates: tuple[int, ...]) -> int:
+    """The device at `device`'s mesh coordinates with `mesh_dims` set to `coordinates`."""
+    coords = _coordinates(mesh)[device].copy()
+    coords[mesh_dims] = coordinates
+    return int(mesh.devices[tuple(coords)])
+
+
+def _path_to(layout: _Layout, came_from: dict) -> list[_Move]:
+    path = []
+    while layout in came_from:
+        layout, move = came_from[layout]
+        path.append(move)
+    return path[::-1]
+
+
+def _with_dim(layout: _Layout, dim: int, axes: tuple[str, ...]) -> _Layout:
+    return layout._replace(dims=layout.dims[:dim] + (axes,) + layout.dims[dim + 1:])
+
+
+def _drop(dim_axes: tuple[tuple[str, ...], ...], axes: frozenset | set) -> tuple:
+    return tuple(tuple(a for a in dim if a not in axes) for dim in dim_axes)
