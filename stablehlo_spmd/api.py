@@ -94,14 +94,14 @@ def propagate(text: str, filename: str = "<input>", engine: str = "spmd") -> str
 
 def partition(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet = (),
               filename: str = "<input>") -> str:
-    """annotate -> inline -> propagate -> partition: per-device StableHLO text.
+    """annotate -> propagate -> partition: per-device StableHLO text.
 
     The result is in the form `jax.shard_map` lowers to (global signature,
     ``sdy.manual_computation`` body), ready for `stablehlo_spmd.run`.
     """
     rule_set = as_rule_set(rules, as_mesh(mesh) if mesh is not None else None)
-    pipeline = Pipeline((AnnotatePass(rules=rule_set), "inline", "symbol-dce", PropagatePass(),
-                         PartitionPass(), "canonicalize", "cse"))
+    pipeline = Pipeline((AnnotatePass(rules=rule_set), PropagatePass(), PartitionPass(),
+                         "canonicalize", "cse"))
     return run_passes(text, pipeline, filename)
 
 

@@ -26,7 +26,9 @@ rule run replicated: operands gathered, the op on global shapes, results
 sliced to their sharding.  That is always correct; it is reported with a
 located warning when it replicates a tensor larger than `warn_bytes`.
 
-Calls must be inlined first (``inline`` before ``spmd-propagate``).
+Calls are inlined as they are partitioned (the callee's body is emitted at
+each call site): the upstream ``inline`` pass does not inline StableHLO in
+jaxlib's build.
 """
 
 from __future__ import annotations
@@ -76,9 +78,9 @@ class PartitionPass(ModulePass):
                               "(run spmd-annotate and spmd-propagate first)")
             return
         public = [f for f in functions(module) if not _is_private(f)]
-        if len(public) != 1 or len(functions(module)) != 1:
-            diagnostics.error(module.location, "spmd-partition expects one function: run "
-                              "'inline' and 'symbol-dce' before spmd-propagate")
+        if len(public) != 1:
+            diagnostics.error(module.location, "spmd-partition expects one public function, "
+                              f"found {len(public)}")
             return
         with module.location:  # the default for types and ops built along the way
             _Partitioner(module, public[0], mesh, self.warn_bytes).run()
@@ -94,6 +96,8 @@ class _Partitioner:
         self.emitter = Emitter(mesh, self.context)
         self.axis_size = dict(zip(mesh.axis_names, mesh.mesh_shape))
         self.local: dict[ir.Value, ir.Value] = {}
+        self.callees = {ir.StringAttr(f.attributes["sym_name"]).value: f
+                        for f in functions(module)}
         self.shardings: dict[ir.Value, Sharding] = {}
 
     # -------------------------------------------------------------- driver
@@ -236,10 +240,15 @@ class _Partitioner:
         with op.location:
             if name == "stablehlo.custom_call" and _call_target(op) == SHARDING_TARGET:
                 target = self._result_shardings(op)[0]
-                self._bind(op.results[0], self._to(op.operands[0], target), target)
+                operand = op.operands[0]
+                self._bind(op.results[0], self.local[operand], self.shardings[operand])
+                self._settle(op.results[0], target)
                 return
             if name in ("stablehlo.constant", "stablehlo.iota"):
                 self._emit_created(op)
+                return
+            if name == "func.call":
+                self._emit_call(op)
                 return
             rule = op_rules.rule_for(op)
             if rule is not None and (name in _SIZE_FREE or rule.elementwise
@@ -272,6 +281,19 @@ class _Partitioner:
             except ShardingError:
                 result.append(Sharding.replicated(self.mesh, len(shape)))
         return result
+
+    def _settle(self, value: ir.Value, target: Sharding) -> None:
+        """Give `value` the sharding propagation chose, where that is possible.
+
+        When the op could not leave the partial propagation planned (an
+        uneven reduction was gathered, an op ran replicated), its full value
+        serves every consumer the same: the partial axes are dropped.
+        """
+        source = self.shardings[value]
+        if not set(target.unreduced) <= set(source.unreduced):
+            target = dataclasses.replace(target, unreduced=(), reduction="sum")
+        if source != target:
+            self._bind(value, self._to(value, target), target)
 
     def _to(self, value: ir.Value, target: Sharding) -> ir.Value:
         """`value`'s per-device form, resharded to `target`."""
@@ -320,12 +342,7 @@ class _Partitioner:
         new_op = self._create(op, operands, result_types)
         for old, new, layout, target in zip(op.results, new_op.results, produced, wanted):
             self._bind(old, new, layout)
-            if not set(target.unreduced) <= set(layout.unreduced):
-                # The op could not leave the partial propagation planned (an
-                # uneven reduction was gathered): its full value serves the same.
-                target = dataclasses.replace(target, unreduced=(), reduction="sum")
-            if layout != target:
-                self._bind(old, self._to(old, target), target)
+            self._settle(old, target)
 
     def _factor_axes(self, op: ir.Operation, rule: OpRule, wanted: list[Sharding]) -> list[tuple]:
         """The mesh axes each factor runs over in the per-device op."""
@@ -411,6 +428,33 @@ class _Partitioner:
                                     if _shape(v) else self.local[v] for v in terminator.operands]
                     ir.Operation.create(terminator.name, operands=operands)
 
+    def _emit_call(self, op: ir.Operation) -> None:
+        """Partition the callee's body in place of the call (inlining as we go).
+
+        Propagation gave the callee one signature for every call site, so each
+        site reshards its operands to the callee's argument shardings.
+        """
+        callee = self.callees[ir.FlatSymbolRefAttr(op.attributes["callee"]).value]
+        values = list(function_values(callee))
+        entry = callee.regions[0].blocks[0]
+        arguments = [v for v in values if v.kind == "argument"]
+        for old_arg, operand, value in zip(entry.arguments, op.operands, arguments):
+            sharding = self._declared(value) if _shape(operand) is not None else None
+            if sharding is None:
+                self.local[old_arg] = self.local[operand]
+                continue
+            self._bind(old_arg, self._to(operand, sharding), sharding)
+        for inner in list(entry.operations)[:-1]:
+            self._emit(inner.operation)
+        terminator = entry.operations[len(entry.operations) - 1]
+        for result, returned in zip(op.results, terminator.operands):
+            self.local[result] = self.local[returned]
+            if returned in self.shardings:
+                self.shardings[result] = self.shardings[returned]
+        for result, target in zip(op.results, self._result_shardings(op)):
+            if _shape(result) is not None and self.shardings.get(result) != target:
+                self._settle(result, target)
+
     def _emit_with_regions(self, op: ir.Operation) -> None:
         self._emit_replicated(op)
 
@@ -431,7 +475,7 @@ class _Partitioner:
         new = self._create(op, [], [op.results[0].type])
         replicated = Sharding.replicated(self.mesh, len(shape))
         self._bind(op.results[0], new.results[0], replicated)
-        self._bind(op.results[0], self._to(op.results[0], target), target)
+        self._settle(op.results[0], target)
 
     def _emit_replicated(self, op: ir.Operation) -> None:
         """Any op, correctly: gather the operands, run it whole, slice the results."""
@@ -450,7 +494,7 @@ class _Partitioner:
         for old, new, target in zip(op.results, new_op.results, self._result_shardings(op)):
             self._bind(old, new, Sharding.replicated(self.mesh, len(_shape(old) or ())))
             if _shape(old) is not None:
-                self._bind(old, self._to(old, target), target)
+                self._settle(old, target)
 
     def _warn_if_large(self, op: ir.Operation, operand: ir.Value, source: Sharding) -> None:
         shaped = operand.type

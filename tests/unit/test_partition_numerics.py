@@ -113,3 +113,17 @@ def test_uvw_keeps_the_partial_to_the_final_product():
     assert counts["all_reduce"] == 1 and sum(counts.values()) == 1
     assert re.search(r'"stablehlo\.all_reduce"\(.*\n(.*\n)*.*\(tensor<64x8xf32>\) -> tensor<64x8xf32>',
                      partitioned)
+
+
+def test_transformer_training_step_data_by_model():
+    from stablehlo_spmd.export import load_object
+    fn, args = load_object("examples/transformer.py:train_step_example")()
+    text = ss.export(fn, *args)
+    partitioned = ss.partition(text, rules="examples/transformer_rules.toml")
+    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
+    got = ss.run(partitioned, leaves)
+    want = ss.run_single_device(text, leaves)
+    assert len(got) == 26  # 25 updated parameters and the loss
+    for index, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"result #{index}")
