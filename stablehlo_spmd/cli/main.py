@@ -70,6 +70,16 @@ def explain_command(input_file: str, rules: str | None) -> None:
         sys.exit(1)
 
 
+@cli.command("demo")
+def demo_command() -> None:
+    """Partition a GPT-style training step over 8 CPU devices and check it."""
+    from stablehlo_spmd.demo import run_demo
+
+    if not run_demo(click.echo):
+        fail([diagnostics.Diagnostic("error", "the partitioned run differs from the "
+                                              "single-device run")])
+
+
 @cli.command("run")
 @click.argument("input_file", metavar="MODULE")
 @click.option("--inputs", "inputs_npz", default=None, metavar="IN.npz",
