@@ -12,7 +12,7 @@ the ones before it:
 """
 
 from stablehlo_spmd.api import (
-    annotate, as_mesh, format_sharding, parse_sharding, partition, propagate, run_passes)
+    annotate, as_mesh, format_sharding, parse_sharding, partition, propagate, run_passes, spmd_jit)
 from stablehlo_spmd.diagnostics import Diagnostic, SpmdWarning
 from stablehlo_spmd.errors import (
     PipelineError, RulesError, ShardingError, ShardingSyntaxError, SpmdError)
@@ -31,5 +31,5 @@ __all__ = [
     "Diagnostic", "HloSharding", "Mesh", "PipelineError", "Rule", "RuleSet", "RulesError",
     "Sharding", "ShardingError", "ShardingSyntaxError", "SpmdError", "SpmdWarning",
     "TileAssignment", "annotate", "as_mesh", "export", "format_sharding", "load_rules",
-    "parse_rules", "parse_sharding", "partition", "propagate", "run_passes",
+    "parse_rules", "parse_sharding", "partition", "propagate", "run_passes", "spmd_jit",
 ]

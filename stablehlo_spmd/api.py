@@ -105,6 +105,35 @@ def partition(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet 
     return run_passes(text, pipeline, filename)
 
 
+def spmd_jit(fn, mesh: Any, rules: Iterable[Any] | str | RuleSet):
+    """Like `jax.jit` with shardings from rules: export, partition and compile
+    once per input signature (shapes, dtypes, pytree structure), then run.
+
+    Takes and returns pytrees; the outputs are global `jax.Array`s.
+    """
+    import jax
+
+    from stablehlo_spmd import runtime
+    from stablehlo_spmd.export import export
+
+    compiled: dict = {}
+
+    def call(*args):
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        key = (tree, tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x))))
+                           for x in leaves))
+        entry = compiled.get(key)
+        if entry is None:
+            out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, *args))
+            text = partition(export(fn, *args), mesh, rules, filename=getattr(fn, "__name__", "fn"))
+            entry = compiled[key] = (runtime.compile(text), out_tree)
+        executable, out_tree = entry
+        return jax.tree_util.tree_unflatten(out_tree, executable(*leaves))
+
+    call.cache = compiled
+    return call
+
+
 def _surface(engine: DiagnosticEngine) -> None:
     for diagnostic in engine.diagnostics:
         if diagnostic.severity == "warning":

@@ -127,3 +127,17 @@ def test_transformer_training_step_data_by_model():
     for index, (g, w) in enumerate(zip(got, want)):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5,
                                    err_msg=f"result #{index}")
+
+
+def test_spmd_jit_compiles_once_per_signature_and_returns_pytrees():
+    step = ss.spmd_jit(_mlp, "data=4,model=2", [
+        (r"w1", (None, "model")), (r"w2", ("model", None)), (r"^x$", ("data", None))])
+    params = {"w1": _random(16, 32), "w2": _random(32, 16)}
+    first = step(params, _random(8, 16))
+    x = _random(8, 16)
+    second = step(params, x)
+    assert len(step.cache) == 1
+    np.testing.assert_allclose(np.asarray(second), np.asarray(_mlp(params, x)), rtol=1e-5, atol=1e-5)
+    assert first.shape == (8, 16)
+    step(params, _random(4, 16))  # a new batch size is a new signature
+    assert len(step.cache) == 2
