@@ -1,0 +1,676 @@
+"""Our partitioned programs against XLA's own partitioning of the same functions.
+
+    python3 benchmarks/compare_xla.py > benchmarks/results/compare_xla.txt   # the saved run
+    python3 benchmarks/compare_xla.py --workloads megatron-mlp uvw --repeat 200
+    python3 benchmarks/compare_xla.py --dump-hlo /tmp/hlo     # also write both optimized HLOs
+
+The script sets ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` (and
+``JAX_PLATFORMS=cpu``) itself, before jax is imported, so everything runs in
+one process on 8 CPU host devices (about 15 s for every workload on 2 cores).
+The workloads are those of tests/unit/test_partition_numerics.py (functions,
+shapes, meshes and rules copied here, not imported; inputs from a fixed seed)
+and the transformer training step of examples/transformer.py with
+examples/transformer_rules.toml.  For each workload:
+
+1. ours: ``ss.partition(ss.export(fn, *args), mesh, rules)`` (annotate,
+   propagate, partition, canonicalize, cse; "partition ms" is the median of
+   3 such calls), then ``stablehlo_spmd.runtime.compile``.
+2. XLA: ``jax.jit(fn, in_shardings=..., out_shardings=..., keep_unused=True)
+   .lower(*args).compile()`` with ``NamedSharding``s read back from
+   ``ss.annotate`` of the same text with the same rules, so every argument
+   and result gets exactly the spec the first matching rule gives it.  An
+   argument no rule matches is replicated.  A result no rule matches is left
+   to propagation on our side, so XLA is given the layout our executable
+   returns it in (``--unmatched ours``, the default: both programs take and
+   give the same layouts); ``--unmatched xla`` lets XLA choose (it chooses the
+   same on these workloads), ``--unmatched replicated`` pins it replicated
+   (which makes XLA gather what ours leaves sharded).
+   A ``jax.Array`` cannot be split unevenly, so a spec that does not divide
+   its value (the uneven workloads) goes into the jitted function as a
+   ``with_sharding_constraint`` and the value crosses the boundary in the
+   layout our executable takes/returns it in; such a program's shardings are
+   all given as jax's private ``GSPMDSharding`` (jit fails trying to map an
+   uneven layout back onto a NamedSharding otherwise).
+3. Collectives are counted in each compiled program's optimized HLO (ours:
+   ``Executable.compiled_text()``; XLA: ``compiled.as_text()``) per kind, an
+   async ``-start``/``-done`` pair once.  Bytes moved per device follow the
+   cost table of DESIGN.md with the per-device sizes in the HLO and the group
+   size p read from ``replica_groups`` (``{{..}}``, iota ``[a,b]<=[..]`` and
+   mesh-axes ``mesh[..] {..}`` forms): all-reduce 2·S·(p−1)/p, all-gather
+   S_out·(p−1)/p, reduce-scatter S_in·(p−1)/p, all-to-all S·(p−1)/p²,
+   collective-permute S (S: the per-device operand bytes, all operands of a
+   combined collective together).
+4. Time, after warm-up, ``--repeat`` alternating rounds on the same inputs,
+   already on the devices, each call followed by ``block_until_ready``;
+   medians are reported.  "step": each side's public call (ours
+   ``Executable.__call__``, XLA's ``Compiled.__call__``).  "exec": both
+   through the same PJRT ``execute_sharded`` (XLA's from the public
+   ``Compiled.runtime_executable()``, ours from the Executable's private
+   ``_loaded``), so "exec o/x" compares the programs and "step o/x" adds the
+   Python each call path costs.  These are tiny programs on a 2-core host:
+   the figures are mostly dispatch and host-side collective overhead.
+5. Per-device memory: ``compiled.memory_analysis()`` for XLA.  Our
+   ``Executable`` has no public way to it, so ours reads "n/a"; what a public
+   ``Executable.memory_analysis()`` would return
+   (``self._loaded.get_compiled_memory_stats()``) is printed beside it.
+6. Numerics: every output of ours is checked against XLA's (allclose, with
+   the tolerances the tests use), so the comparison is between equal programs.
+
+Printed: the main table, the memory table, the largest differences between
+the two programs' outputs, and each program's collectives with their
+per-device shapes, groups and bytes.
+"""
+
+from __future__ import annotations
+
+import os
+
+_FLAG = "--xla_force_host_platform_device_count=8"
+if _FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import math  # noqa: E402
+import pathlib  # noqa: E402
+import re  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import jax  # noqa: E402  (after XLA_FLAGS)
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEVICES = 8
+
+
+# ------------------------------------------------------------------ workloads
+# Copied from tests/unit/test_partition_numerics.py: same functions, shapes,
+# meshes and rules (inputs are drawn from a fixed seed per workload).
+
+
+def _random(rng, *shape):
+    return jnp.asarray(rng.standard_normal(shape), jnp.float32)
+
+
+def _mlp(params, x):
+    return jnp.tanh(x @ params["w1"]) @ params["w2"]
+
+
+def _attention(params, x):
+    b, s, d = x.shape
+    heads = 4
+
+    def split(t):
+        return t.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
+
+    q, k, v = (split(x @ params[name]) for name in ("wq", "wk", "wv"))
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(d // heads)
+    weights = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bhqk,bhkd->bhqd", weights, v).transpose(0, 2, 1, 3).reshape(b, s, d)
+    return out @ params["wo"]
+
+
+def _fsdp_step(params, x, y):
+    def loss(p):
+        return jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"] - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(params)
+    return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads), value
+
+
+def _uneven_elementwise(x, y):
+    return jnp.sin(x) * 2 + y
+
+
+def _uneven_reduce(x):
+    return jnp.sum(jnp.exp(x), axis=0)
+
+
+def _chain(u, v, w):
+    return (u @ v) @ w
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    make: Callable[[], tuple[Callable, tuple]]   # () -> (fn, args)
+    mesh: str | None                             # None: the rules file's mesh
+    rules: Any                                   # [(regex, spec)] or a rules-file path
+    rtol: float = 1e-5
+    atol: float = 1e-5
+
+
+def _transformer():
+    from stablehlo_spmd.export import load_object
+    return load_object(f"{ROOT / 'examples' / 'transformer.py'}:train_step_example")()
+
+
+def _workloads() -> list[Workload]:
+    def rng(seed):
+        return np.random.default_rng(seed)
+
+    def mlp_args(seed):
+        r = rng(seed)
+        return {"w1": _random(r, 16, 32), "w2": _random(r, 32, 16)}, _random(r, 8, 16)
+
+    def attention_args():
+        r = rng(3)
+        return ({name: _random(r, 32, 32) for name in ("wq", "wk", "wv", "wo")},
+                _random(r, 4, 8, 32))
+
+    def fsdp_args():
+        r = rng(4)
+        return ({"w1": _random(r, 16, 32), "w2": _random(r, 32, 8)}, _random(r, 16, 16),
+                _random(r, 16, 8))
+
+    def uneven_args(count):
+        r = rng(5)
+        return tuple(_random(r, 10, 6) for _ in range(count))
+
+    def uvw_args():
+        r = rng(6)
+        return _random(r, 64, 32), _random(r, 32, 64), _random(r, 64, 8)
+
+    return [
+        Workload("megatron-mlp", lambda: (_mlp, mlp_args(1)), "data=4,model=2", [
+            (r"w1", (None, "model")), (r"w2", ("model", None)), (r"^x$", ("data", None)),
+            (r"^result$", ("data", None))]),
+        Workload("mlp-2d", lambda: (_mlp, mlp_args(2)), "data=4,model=2", [
+            (r"w1", ("data", "model")), (r"w2", ("model", "data")),
+            (r"^x$", ("data", "model"))]),
+        Workload("attention", lambda: (_attention, attention_args()), "data=4,model=2", [
+            (r"w[qkv]'\]$", (None, "model")), (r"wo'\]$", ("model", None)),
+            (r"^x$", ("data", None, None))], rtol=1e-4, atol=1e-4),
+        Workload("fsdp-step", lambda: (_fsdp_step, fsdp_args()), "data=8", [
+            (r"w1'\]$", ("data", None)), (r"w2'\]$", ("data", None)),
+            (r"^[xy]$", ("data", None))]),
+        Workload("uneven-elementwise", lambda: (_uneven_elementwise, uneven_args(2)), "x=4",
+                 [(r"", ("x", None))]),
+        Workload("uneven-reduce", lambda: (_uneven_reduce, uneven_args(1)), "x=4",
+                 [(r"^x$", ("x", None))]),
+        Workload("uvw", lambda: (_chain, uvw_args()), "x=4", [
+            (r"^u$", (None, "x")), (r"^v$", ("x", None)), (r"^w$", (None, None)),
+            (r"^result$", (None, None))], rtol=1e-4, atol=1e-4),
+        Workload("transformer-step", _transformer, None,
+                 str(ROOT / "examples" / "transformer_rules.toml"), rtol=1e-4, atol=1e-5),
+    ]
+
+
+# ------------------------------------------------------------------ HLO collectives
+
+COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                    "collective-permute")
+_SHORT = {"all-reduce": "AR", "all-gather": "AG", "reduce-scatter": "RS", "all-to-all": "A2A",
+          "collective-permute": "CP"}
+_DTYPE_BYTES = {"pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2,
+                "s32": 4, "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8,
+                "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1, "token": 0}
+_ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    kind: str
+    shape: str        # the per-device operand shape(s)
+    group: int        # p
+    bytes: float      # per device, DESIGN.md's cost table
+
+    def describe(self) -> str:
+        return f"{self.kind:<18} {self.shape:<34} p={self.group:<2} {_fmt_bytes(self.bytes):>9}"
+
+
+def _shape_bytes(shape: str) -> int:
+    total = 0.0
+    for dtype, dims in _ARRAY.findall(shape):
+        size = _DTYPE_BYTES.get(dtype)
+        if size is None:
+            continue
+        total += size * math.prod(int(d) for d in dims.split(",") if d)
+    return int(total)
+
+
+def _split_shape(rest: str) -> tuple[str, str]:
+    """``f32[8,4]{1,0} all-reduce(...)`` or ``(f32[..], f32[..]) op(...)`` -> (shape, remainder)."""
+    if rest.startswith("("):
+        depth = 0
+        for i, char in enumerate(rest):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth == 0:
+                return rest[:i + 1], rest[i + 1:].lstrip()
+    head, _, tail = rest.partition(" ")
+    return head, tail
+
+
+def _operands(text: str) -> tuple[list[str], str]:
+    """The operand list of ``op(a, b), attrs`` (up to the matching paren) and the attributes."""
+    start = text.index("(")
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1, "{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            inner, attrs = text[start + 1:i], text[i + 1:]
+            break
+    else:
+        inner, attrs = text[start + 1:], ""
+    parts, depth, current = [], 0, ""
+    for char in inner:
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+            continue
+        depth += {"(": 1, ")": -1, "{": 1, "}": -1, "[": 1, "]": -1}.get(char, 0)
+        current += char
+    if current.strip():
+        parts.append(current.strip())
+    return parts, attrs
+
+
+def _group_size(attrs: str, devices: int) -> int:
+    """p: the size of each replica group, in any of the spellings XLA prints."""
+    if "replica_groups=" not in attrs or "replica_groups={}" in attrs:
+        return devices                                 # one group of every partition
+    iota = re.search(r"replica_groups=\[([\d,]+)\]<=", attrs)
+    if iota:                                           # [groups,size]<=[...]
+        return int(iota.group(1).split(",")[-1])
+    explicit = re.search(r"replica_groups=\{\{([\d,]*)\}", attrs)
+    if explicit:                                       # {{0,1},{2,3}}
+        return len(explicit.group(1).split(","))
+    # mesh-axes form: replica_groups=mesh['a'=4,'b'=2][, device_ids=(...)] {'a'}
+    axes = re.search(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\((?:[^()]|\([^()]*\))*\))?"
+                     r"\s*\{([^}]*)\}", attrs)
+    if axes:
+        sizes = {name: int(size) for name, size in re.findall(r"'([^']+)'=(\d+)", axes.group(1))}
+        return math.prod(sizes[name] for name in re.findall(r"'([^']+)'", axes.group(2)))
+    raise ValueError(f"cannot read the replica groups of: {attrs.strip()[:200]}")
+
+
+def collectives(hlo_text: str, devices: int) -> list[Collective]:
+    """Every collective of an optimized HLO module, with its per-device cost."""
+    shapes: dict[str, str] = {}
+    found = []
+    for line in hlo_text.splitlines():
+        match = _INSTRUCTION.match(re.sub(r"/\*.*?\*/", "", line))   # drop /*index=5*/
+        if not match:
+            continue
+        name, rest = match.groups()
+        shape, rest = _split_shape(rest)
+        shapes[name] = shape
+        opcode = rest.split("(", 1)[0].strip()
+        kind = opcode[:-len("-start")] if opcode.endswith("-start") else opcode
+        if kind not in COLLECTIVE_KINDS:
+            continue   # (a "-done" lands here too: its "-start" was counted)
+        operands, attrs = _operands(rest)
+        operand_shapes = []
+        for operand in operands:
+            if re.search(r"\[[\d,]*\]", operand.split("%")[0]):   # inline "f32[2,8]{1,0} %x"
+                operand_shapes.append(operand.rsplit(" ", 1)[0])
+            else:
+                operand_shapes.append(shapes.get(operand.lstrip("%").split(" ")[-1], ""))
+        if kind == "collective-permute":
+            operand_shapes = operand_shapes[:1]
+        size = sum(_shape_bytes(s) for s in operand_shapes)
+        p = 1 if kind == "collective-permute" else _group_size(attrs, devices)
+        if kind == "all-reduce":
+            cost = 2 * size * (p - 1) / p
+        elif kind == "all-gather":
+            cost = size * p * (p - 1) / p          # S_out = p * S_in
+        elif kind == "reduce-scatter":
+            cost = size * (p - 1) / p
+        elif kind == "all-to-all":
+            cost = size * (p - 1) / p ** 2
+        else:
+            cost = size
+        plain = [re.sub(r"\{[\d,]*\}", "", s) for s in operand_shapes]
+        text = ", ".join(plain) if len(plain) <= 3 else f"{len(plain)} operands: " + ", ".join(
+            plain[:2]) + ", ..."
+        found.append(Collective(kind, text, p, cost))
+    return found
+
+
+def _counts(found: list[Collective]) -> str:
+    parts = []
+    for kind in COLLECTIVE_KINDS:
+        count = sum(c.kind == kind for c in found)
+        if count:
+            parts.append(f"{count}{_SHORT[kind]}")
+    return " ".join(parts) or "none"
+
+
+def _fmt_bytes(value: float) -> str:
+    if value < 1024:
+        return f"{value:.0f} B"
+    return f"{value / 1024:.1f} KiB"
+
+
+# ------------------------------------------------------------------ shardings
+
+
+def _jax_mesh(mesh):
+    """Our `Mesh` as a jax Mesh: logical device i is jax.devices()[i], as the runtime runs it."""
+    from jax.sharding import AxisType
+    devices = np.array(jax.devices()[:mesh.size], dtype=object)
+    array = devices[np.asarray(mesh.device_ids)].reshape(mesh.mesh_shape)
+    return jax.sharding.Mesh(array, tuple(mesh.axis_names),
+                             axis_types=(AxisType.Auto,) * mesh.rank)
+
+
+def _rule_specs(text: str, mesh, rules) -> tuple[list, list]:
+    """Per argument and per result: the partition spec the rules give it, or None (unmatched).
+
+    Read back from spmd-annotate's output, so the matching is exactly ours.
+    """
+    import stablehlo_spmd as ss
+    from stablehlo_spmd import module_shardings as ms
+    from stablehlo_spmd.ir import make_context, parse_module
+    from stablehlo_spmd.sharding import Sharding
+
+    annotated = ss.annotate(text, mesh, rules)
+    arguments, results = [], []
+    with make_context() as context:
+        module = parse_module(annotated, "<annotated>", context)
+        main = next(f for f in ms.functions(module)
+                    if str(f.attributes["sym_name"]).strip('"') == "main")
+        for value in ms.function_values(main):
+            hlo = ms.read_hlo(value)
+            spec = None if hlo is None else Sharding.from_hlo(hlo, mesh, value.rank).to_spec()
+            (arguments if value.kind == "argument" else results).append(spec)
+    return arguments, results
+
+
+# ------------------------------------------------------------------ one workload
+
+
+@dataclasses.dataclass
+class Row:
+    name: str
+    ours: list[Collective]
+    xla: list[Collective]
+    ours_ms: float
+    xla_ms: float
+    ours_exec_ms: float | None
+    xla_exec_ms: float | None
+    partition_ms: float
+    ours_memory: Any          # through a public Executable.memory_analysis(), if there is one
+    ours_private_memory: Any  # through the Executable's private PJRT executable
+    xla_memory: Any
+    max_error: float
+
+
+def _block(outputs):
+    return jax.block_until_ready(outputs)
+
+
+def _memory(stats) -> str:
+    if stats is None:
+        return "n/a"
+    total = (stats.argument_size_in_bytes + stats.output_size_in_bytes
+             + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+    return (f"args {_fmt_bytes(stats.argument_size_in_bytes)}, out "
+            f"{_fmt_bytes(stats.output_size_in_bytes)}, temp {_fmt_bytes(stats.temp_size_in_bytes)}"
+            f", total {_fmt_bytes(total)}")
+
+
+def run_workload(workload: Workload, repeat: int, unmatched: str, show_hlo: bool) -> Row:
+    import stablehlo_spmd as ss
+    from jax.sharding import NamedSharding, PartitionSpec
+    from stablehlo_spmd import runtime
+    from stablehlo_spmd.api import as_mesh, as_rule_set
+
+    fn, args = workload.make()
+    rule_set = as_rule_set(workload.rules, as_mesh(workload.mesh) if workload.mesh else None)
+    mesh = rule_set.mesh
+    text = ss.export(fn, *args)
+    leaves, in_tree = jax.tree_util.tree_flatten(args)
+    leaves = [np.asarray(x) for x in leaves]
+
+    # 1. ours
+    partition_times = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            start = time.perf_counter()
+            partitioned = ss.partition(text, mesh, rule_set)
+            partition_times.append(time.perf_counter() - start)
+    executable = runtime.compile(partitioned)
+
+    # 2. XLA, with the same rules
+    jax_mesh = _jax_mesh(mesh)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        arg_specs, result_specs = _rule_specs(text, mesh, rule_set)
+    out_leaves, out_tree = jax.tree_util.tree_flatten(jax.eval_shape(fn, *args))
+    assert len(arg_specs) == len(leaves) and len(result_specs) == len(out_leaves)
+
+    def named(spec):
+        return NamedSharding(jax_mesh, PartitionSpec(*(spec or ())))
+
+    def even(sharding, shape):
+        try:
+            sharding.shard_shape(tuple(shape))
+            return True
+        except ValueError:
+            return False
+
+    # A jax.Array cannot be split unevenly, so a spec that does not divide its value is
+    # given to XLA as a sharding constraint inside the program, and the value crosses the
+    # boundary in the layout our executable takes or returns it in (XLA's choice there too).
+    in_shardings, inner_in = [], []
+    for spec, leaf, ours_sharding in zip(arg_specs, leaves, executable.in_shardings):
+        sharding = named(spec)
+        uneven = not even(sharding, leaf.shape)
+        in_shardings.append(ours_sharding if uneven else sharding)
+        inner_in.append(sharding if uneven else None)
+    out_shardings, inner_out = [], []
+    for spec, leaf, ours_sharding in zip(result_specs, out_leaves, executable.out_shardings):
+        if spec is None:
+            sharding = {"ours": ours_sharding, "replicated": named(()), "xla": None}[unmatched]
+        else:
+            sharding = named(spec)
+        uneven = sharding is not None and not even(sharding, leaf.shape)
+        out_shardings.append(ours_sharding if uneven else sharding)
+        inner_out.append(sharding if uneven else None)
+    constrained = any(s is not None for s in inner_in + inner_out)
+    if constrained:
+        # jit maps XLA's compiled layouts back onto the first NamedSharding it is given, and
+        # fails on an uneven one; with every sharding in XLA's own terms it does not try.
+        in_shardings = [_gspmd(s, x.ndim) for s, x in zip(in_shardings, leaves)]
+        out_shardings = [_gspmd(s, x.ndim) for s, x in zip(out_shardings, out_leaves)]
+        inner_in = [_gspmd(s, x.ndim) for s, x in zip(inner_in, leaves)]
+        inner_out = [_gspmd(s, x.ndim) for s, x in zip(inner_out, out_leaves)]
+
+    def with_constraints(*inputs):
+        flat = [x if s is None else jax.lax.with_sharding_constraint(x, s)
+                for x, s in zip(jax.tree_util.tree_leaves(inputs), inner_in)]
+        outputs = fn(*jax.tree_util.tree_unflatten(in_tree, flat))
+        flat = [x if s is None else jax.lax.with_sharding_constraint(x, s)
+                for x, s in zip(jax.tree_util.tree_leaves(outputs), inner_out)]
+        return jax.tree_util.tree_unflatten(out_tree, flat)
+
+    jitted = jax.jit(with_constraints if constrained else fn, keep_unused=True,
+                     in_shardings=jax.tree_util.tree_unflatten(in_tree, in_shardings),
+                     out_shardings=_with_none_leaves(out_tree, out_shardings))
+    compiled = jitted.lower(*args).compile()
+
+    # 3. collectives
+    ours_text, xla_text = executable.compiled_text(), compiled.as_text()
+    ours_found, xla_found = collectives(ours_text, mesh.size), collectives(xla_text, mesh.size)
+    if show_hlo:
+        directory = pathlib.Path(show_hlo)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{workload.name}.ours.hlo").write_text(ours_text)
+        (directory / f"{workload.name}.xla.hlo").write_text(xla_text)
+
+    # 6. numerics (and warm-up)
+    ours_inputs = executable.place(leaves)
+    xla_inputs = jax.tree_util.tree_unflatten(
+        in_tree, [jax.device_put(x, s) for x, s in zip(leaves, in_shardings)])
+    ours_out = _block(executable(*ours_inputs))
+    xla_out = jax.tree_util.tree_leaves(_block(compiled(*xla_inputs)))
+    assert len(ours_out) == len(xla_out), (len(ours_out), len(xla_out))
+    max_error = 0.0
+    for index, (got, want) in enumerate(zip(ours_out, xla_out)):
+        got, want = np.asarray(got), np.asarray(want)
+        np.testing.assert_allclose(got, want, rtol=workload.rtol, atol=workload.atol,
+                                   err_msg=f"{workload.name}: result #{index}, ours vs XLA")
+        if got.size:
+            max_error = max(max_error, float(np.max(np.abs(got.astype(np.float64)
+                                                           - want.astype(np.float64)))))
+
+    # 4. step time, alternating.  "step": each side's public call.  "exec": both through the
+    # same PJRT call (LoadedExecutable.execute_sharded on the same kind of placed arrays), so
+    # the difference is the programs', not the Python around them.  XLA's comes from the
+    # public Compiled.runtime_executable(); ours from the Executable's private `_loaded`.
+    xla_flat = jax.tree_util.tree_leaves(xla_inputs)
+    ours_loaded = getattr(executable, "_loaded", None)
+    xla_loaded = compiled.runtime_executable()
+
+    def ours_exec():
+        return ours_loaded.execute_sharded(ours_inputs).disassemble_into_single_device_arrays()
+
+    def xla_exec():
+        return xla_loaded.execute_sharded(xla_flat).disassemble_into_single_device_arrays()
+
+    calls = {"ours": lambda: executable(*ours_inputs), "xla": lambda: compiled(*xla_inputs)}
+    if ours_loaded is not None:
+        calls.update({"ours exec": ours_exec, "xla exec": xla_exec})
+    for _ in range(3):
+        for call in calls.values():
+            _block(call())
+    times = {name: [] for name in calls}
+    for _ in range(repeat):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            _block(call())
+            times[name].append(time.perf_counter() - start)
+    ms = {name: statistics.median(values) * 1e3 for name, values in times.items()}
+
+    # 5. memory
+    ours_stats = executable.memory_analysis() if hasattr(executable, "memory_analysis") else None
+    private_stats = (ours_loaded.get_compiled_memory_stats()
+                     if ours_stats is None and ours_loaded is not None else None)
+    try:
+        xla_stats = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001  (not every backend has it)
+        xla_stats = None
+
+    return Row(workload.name, ours_found, xla_found, ms["ours"], ms["xla"],
+               ms.get("ours exec"), ms.get("xla exec"), statistics.median(partition_times) * 1e3,
+               ours_stats, private_stats, xla_stats, max_error)
+
+
+def _gspmd(sharding, ndim: int):
+    """`sharding` as a GSPMDSharding (jax's private spelling of an XLA HloSharding)."""
+    from jax._src.sharding_impls import GSPMDSharding
+    if sharding is None or isinstance(sharding, GSPMDSharding):
+        return sharding
+    return GSPMDSharding(tuple(sharding._device_assignment), sharding._to_xla_hlo_sharding(ndim))
+
+
+def _with_none_leaves(tree, leaves):
+    """A pytree of shardings where None (XLA chooses) stays a leaf rather than an empty node."""
+    placeholder = object()
+    filled = jax.tree_util.tree_unflatten(tree, [placeholder if x is None else x for x in leaves])
+    return jax.tree_util.tree_map(lambda x: None if x is placeholder else x, filled)
+
+
+# ------------------------------------------------------------------ report
+
+
+def _ratio(a: float, b: float) -> str:
+    if b == 0:
+        return "=" if a == 0 else "inf"
+    return f"{a / b:.2f}"
+
+
+def print_report(rows: list[Row], repeat: int, unmatched: str) -> None:
+    header = ("workload", "coll ours", "coll XLA", "bytes ours", "bytes XLA", "bytes o/x",
+              "step ms ours", "step ms XLA", "step o/x", "exec ms ours", "exec ms XLA",
+              "exec o/x", "partition ms")
+    table = []
+    for row in rows:
+        ours_bytes = sum(c.bytes for c in row.ours)
+        xla_bytes = sum(c.bytes for c in row.xla)
+        exec_cells = (("n/a",) * 3 if row.ours_exec_ms is None else
+                      (f"{row.ours_exec_ms:.3f}", f"{row.xla_exec_ms:.3f}",
+                       _ratio(row.ours_exec_ms, row.xla_exec_ms)))
+        table.append((row.name, _counts(row.ours), _counts(row.xla), _fmt_bytes(ours_bytes),
+                      _fmt_bytes(xla_bytes), _ratio(ours_bytes, xla_bytes),
+                      f"{row.ours_ms:.3f}", f"{row.xla_ms:.3f}", _ratio(row.ours_ms, row.xla_ms),
+                      *exec_cells, f"{row.partition_ms:.1f}"))
+    widths = [max(len(str(r[i])) for r in table + [header]) for i in range(len(header))]
+    print(f"ours (stablehlo_spmd) vs XLA (jax.jit: Shardy + GSPMD partitioner), {DEVICES} CPU "
+          f"host devices, jax {jax.__version__}, median of {repeat} alternating runs, "
+          f"unmatched results: {unmatched}")
+    print("coll: AR all-reduce, AG all-gather, RS reduce-scatter, A2A all-to-all, CP "
+          "collective-permute (counted in the optimized HLO); bytes: per device, DESIGN.md "
+          "cost table")
+    print("step: public call (Executable.__call__ / Compiled.__call__); exec: both through "
+          "PJRT execute_sharded; partition: ss.partition (annotate+propagate+partition), "
+          "median of 3")
+    line = " | ".join(h.ljust(w) if i < 3 else h.rjust(w)
+                      for i, (h, w) in enumerate(zip(header, widths)))
+    print(line)
+    print("-" * len(line))
+    for r in table:
+        print(" | ".join(str(c).ljust(w) if i < 3 else str(c).rjust(w)
+                         for i, (c, w) in enumerate(zip(r, widths))))
+    print()
+    print("per-device memory (compiled memory analysis).  Ours: Executable has no public "
+          "memory_analysis(), so n/a;")
+    print("the figures after it come from its private PJRT executable "
+          "(_loaded.get_compiled_memory_stats()).")
+    for row in rows:
+        private = ("" if row.ours_private_memory is None
+                   else f"  [private: {_memory(row.ours_private_memory)}]")
+        print(f"  {row.name:<20} ours: {_memory(row.ours_memory)}{private}")
+        print(f"  {'':<20} XLA:  {_memory(row.xla_memory)}")
+    print()
+    print("numerics: every output of ours allclose to XLA's; max |ours - XLA|:")
+    print("  " + ", ".join(f"{row.name} {row.max_error:.1e}" for row in rows))
+    print()
+    print("collectives in each compiled program (per-device operand shapes, group size, bytes)")
+    for row in rows:
+        print(f"  {row.name}")
+        for side, found in (("ours", row.ours), ("XLA ", row.xla)):
+            if not found:
+                print(f"    {side}: none")
+            for c in found:
+                print(f"    {side}: {c.describe()}")
+
+
+def main() -> None:
+    names = [w.name for w in _workloads()]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workloads", nargs="+", choices=names, default=names,
+                        metavar="NAME", help=f"which workloads (default: all of {' '.join(names)})")
+    parser.add_argument("--repeat", type=int, default=50,
+                        help="timed runs of each executable per workload (default 50)")
+    parser.add_argument("--unmatched", choices=("ours", "replicated", "xla"), default="ours",
+                        help="XLA's out_sharding for a result no rule matches: the layout ours "
+                             "returns (default), replicated, or XLA's choice")
+    parser.add_argument("--dump-hlo", metavar="DIR", default="",
+                        help="write both optimized HLO texts of each workload into DIR")
+    options = parser.parse_args()
+    if len(jax.devices()) < DEVICES:
+        raise SystemExit(f"need {DEVICES} devices; XLA_FLAGS was set too late")
+
+    rows = []
+    for workload in _workloads():
+        if workload.name not in options.workloads:
+            continue
+        start = time.perf_counter()
+        rows.append(run_workload(workload, options.repeat, options.unmatched, options.dump_hlo))
+        print(f"  {workload.name}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr,
+              flush=True)
+    print_report(rows, options.repeat, options.unmatched)
+
+
+if __name__ == "__main__":
+    main()
