@@ -421,6 +421,39 @@ class Propagator:
                                                     reduction=key[2])
         return found
 
+    def summed_layout(self, node_index: int, operand: int) -> Sharding:
+        """The layout to sum a partial operand into, for this consumer.
+
+        The consumer's factors take their axes from its results (reduction
+        factors from the operand itself); laid out that way, a sum whose
+        partial axes land on a dimension is a reduce-scatter, not an
+        all-reduce followed by a slice.  Axes the operand is partial on but
+        no dimension takes are simply summed.
+        """
+        node = self.nodes[node_index]
+        rule = node.rule
+        state = self.states[node.operands[operand]]
+        axes = [()] * rule.num_factors
+        for value, dims in zip(node.results, rule.results):
+            if value == NO_VALUE:
+                continue
+            for dim, factors in enumerate(dims):
+                for factor, factor_axes in project_axes(self.states[value].dims[dim], factors,
+                                                        rule.factor_sizes, self.axis_size):
+                    if not axes[factor]:
+                        axes[factor] = factor_axes
+        dims = []
+        used: set[str] = set()
+        for dim, factors in enumerate(rule.operands[operand]):
+            collected = [a for f in factors for a in axes[f]] or list(state.dims[dim])
+            kept = tuple(a for a in collected if a not in used)
+            used.update(kept)
+            dims.append(kept)
+        try:
+            return Sharding(self.mesh, tuple(dims))
+        except Exception:  # noqa: BLE001 - fall back to the operand's own layout
+            return Sharding(self.mesh, tuple(state.dims))
+
     def accepts_unreduced(self, node_index: int, operand: int) -> bool:
         """Whether node keeps operand's partial value partial (else it needs the sum)."""
         node = self.nodes[node_index]

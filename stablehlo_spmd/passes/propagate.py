@@ -95,7 +95,7 @@ class _Graph:
         self.mesh = mesh
         self.solver: Propagator | None = None
         self._attrs: dict[Sharding, ir.Attribute] = {}  # by identity-shared Sharding
-        self._summed_values: dict[int, ir.Value] = {}   # partial value id -> its marked sum
+        self._summed_values: dict[tuple, ir.Value] = {}  # (partial value, layout) -> its sum
 
     # ---------------------------------------------------------------- build
 
@@ -321,7 +321,8 @@ class _Graph:
                 if value == NO_VALUE or not solver.states[value].unreduced:
                     continue
                 if not solver.accepts_unreduced(node_index, position):
-                    self._reshard_use(op, position, value)
+                    self._reshard_use(op, position, value,
+                                      solver.summed_layout(node_index, position))
         for op in self._tie_ops():
             for position, operand in enumerate(op.operands):
                 value = self.ids.get(operand, NO_VALUE)
@@ -343,10 +344,13 @@ class _Graph:
                 ops.append(op)
         return ops
 
-    def _reshard_use(self, op: ir.Operation, position: int, value: int) -> None:
-        """Make `op` read the summed value: one marked reshard per partial value,
-        placed right after its definition so it serves every use that needs it."""
-        summed_value = self._summed_values.get(value)
+    def _reshard_use(self, op: ir.Operation, position: int, value: int,
+                     layout: Sharding | None = None) -> None:
+        """Make `op` read the summed value: one marked reshard per partial value
+        and layout, placed right after its definition so it serves every use
+        that wants it that way."""
+        target = layout if layout is not None else _summed(self.solver.sharding(value))
+        summed_value = self._summed_values.get((value, target))
         if summed_value is None:
             operand = op.operands[position]
             owner = operand.owner
@@ -356,9 +360,8 @@ class _Graph:
                 point = ir.InsertionPoint.after(owner.operation)
             with point, op.location:
                 call = stablehlo.CustomCallOp([operand.type], [operand], SHARDING_TARGET)
-            call.operation.attributes[MHLO_SHARDING] = sharding_attr(
-                _summed(self.solver.sharding(value)), op.context)
-            summed_value = self._summed_values[value] = call.results[0]
+            call.operation.attributes[MHLO_SHARDING] = sharding_attr(target, op.context)
+            summed_value = self._summed_values[(value, target)] = call.results[0]
         op.operands[position] = summed_value
 
     def _explain(self, explain: bool, origins: bool) -> None:
