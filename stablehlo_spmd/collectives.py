@@ -165,6 +165,33 @@ class Emitter:
     # ------------------------------------------------------------ padding
 
     @_placed
+    @_placed
+    def mask_padding(self, value: ir.Value, dim: int, axes: Sequence[str], global_size: int,
+                     neutral: ir.Value | None = None) -> ir.Value:
+        """Replace the elements of `dim` past `global_size` (the padding of an
+        uneven shard) with `neutral` (a scalar; zero when None)."""
+        shape = _shape(value)
+        local_size = shape[dim]
+        element = _element_type(value)
+        i32 = ir.IntegerType.get_signless(32, self.context)
+        index_type = ir.RankedTensorType.get(list(shape), i32)
+        positions = stablehlo.IotaOp(index_type, dim).result
+        offset = self.axis_index(axes)
+        if ir.RankedTensorType(offset.type).element_type != i32:
+            offset = stablehlo.ConvertOp(ir.RankedTensorType.get([], i32), offset).result
+        shard = stablehlo.ConstantOp(cached_attr(f"dense<{local_size}> : tensor<i32>", self.context)).result
+        start = stablehlo.MulOp(offset, shard).result
+        start = stablehlo.BroadcastInDimOp(index_type, start, []).result
+        limit = stablehlo.ConstantOp(cached_attr(
+            f"dense<{global_size}> : {index_type}", self.context)).result
+        inside = stablehlo.CompareOp(stablehlo.AddOp(positions, start).result, limit,
+                                     stablehlo.ComparisonDirectionAttr.get("LT")).result
+        if neutral is None:
+            neutral = stablehlo.ConstantOp(cached_attr(
+                f"dense<{_zero_text(element)}> : tensor<{element}>", self.context)).result
+        filler = stablehlo.BroadcastInDimOp(value.type, neutral, []).result
+        return stablehlo.SelectOp(inside, value, filler).result
+
     def pad(self, value: ir.Value, dim: int, size: int) -> ir.Value:
         """Zero-pad `dim` at its end up to `size` (no op when already that long)."""
         shape = _shape(value)

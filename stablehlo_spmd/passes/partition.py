@@ -61,6 +61,9 @@ _SIZE_FREE = {
     "stablehlo.reverse",
 }
 _MESH_NAME = "mesh"
+# Ops whose reduced dimensions may be split unevenly: their padding is masked
+# with the neutral value before the local op reads it.
+_MASKABLE = {"stablehlo.reduce", "stablehlo.dot_general"}
 
 
 @register_pass
@@ -323,8 +326,9 @@ class _Partitioner:
                 required = dataclasses.replace(required, unreduced=source.unreduced,
                                                reduction=source.reduction)
                 partial_operands.add(index)
-            operands.append(self._to(operand, required) if _shape(operand) is not None
-                            else self.local[operand])
+            local = self._to(operand, required) if _shape(operand) is not None \
+                else self.local[operand]
+            operands.append(self._mask_uneven_reduction(op, rule, axes, index, dims, local))
         produced = []
         reduction_axes = tuple(a for f, kind in enumerate(rule.factor_kinds)
                                if kind is FactorKind.REDUCTION for a in axes[f])
@@ -343,6 +347,25 @@ class _Partitioner:
         for old, new, layout, target in zip(op.results, new_op.results, produced, wanted):
             self._bind(old, new, layout)
             self._settle(old, target)
+
+    def _mask_uneven_reduction(self, op: ir.Operation, rule: OpRule, axes, index: int, dims,
+                               local: ir.Value) -> ir.Value:
+        """Overwrite the padding of an uneven, sharded reduced dimension with the
+        reduction's neutral value (the init of a reduce, zero for a dot's
+        operands: 0 * NaN would still be NaN), so the local op never reads it."""
+        for dim, factors in enumerate(dims):
+            for factor in factors:
+                factor_axes = axes[factor]
+                size = rule.factor_sizes[factor]
+                if (rule.factor_kinds[factor] is not FactorKind.REDUCTION or not factor_axes
+                        or size % self.mesh.axes_size(factor_axes) == 0):
+                    continue
+                if op.name == "stablehlo.reduce":
+                    neutral = self.local[op.operands[len(op.results) + index]]
+                else:
+                    neutral = None  # zero
+                local = self.emitter.mask_padding(local, dim, factor_axes, size, neutral)
+        return local
 
     def _factor_axes(self, op: ir.Operation, rule: OpRule, wanted: list[Sharding]) -> list[tuple]:
         """The mesh axes each factor runs over in the per-device op."""
@@ -376,7 +399,8 @@ class _Partitioner:
             # computed on its own, but a reduction would read it and a
             # compound (reshaped) dim would misplace it: those must divide.
             uneven = rule.factor_sizes[factor] % self.mesh.axes_size(axes[factor])
-            if uneven and (kind is FactorKind.REDUCTION or factor in compound):
+            if uneven and (factor in compound or (kind is FactorKind.REDUCTION
+                                                  and op.name not in _MASKABLE)):
                 keep = False
             if not keep or used & set(axes[factor]):
                 axes[factor] = ()

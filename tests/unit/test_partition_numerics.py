@@ -141,3 +141,13 @@ def test_spmd_jit_compiles_once_per_signature_and_returns_pytrees():
     assert first.shape == (8, 16)
     step(params, _random(4, 16))  # a new batch size is a new signature
     assert len(step.cache) == 2
+
+
+def test_uneven_contracting_dimension_is_masked_on_both_operands():
+    # 10 contracted elements over 4 devices: shards of 3 padded to 12; a
+    # NaN in the padding of one operand must not reach the sum (0 * NaN).
+    args = (_random(8, 10), _random(10, 4))
+    partitioned, counts = _partition_and_compare(lambda x, y: jnp.log1p(jnp.abs(x @ y)), args,
+                                                 "x=4", [(r"^x$", (None, "x")), (r"^y$", ("x", None))])
+    assert counts["all_reduce"] == 1 and counts["all_gather"] == 0
+    assert "stablehlo.select" in partitioned  # the padding mask
