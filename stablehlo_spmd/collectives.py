@@ -165,7 +165,6 @@ class Emitter:
     # ------------------------------------------------------------ padding
 
     @_placed
-    @_placed
     def mask_padding(self, value: ir.Value, dim: int, axes: Sequence[str], global_size: int,
                      neutral: ir.Value | None = None) -> ir.Value:
         """Replace the elements of `dim` past `global_size` (the padding of an
@@ -192,6 +191,7 @@ class Emitter:
         filler = stablehlo.BroadcastInDimOp(value.type, neutral, []).result
         return stablehlo.SelectOp(inside, value, filler).result
 
+    @_placed
     def pad(self, value: ir.Value, dim: int, size: int) -> ir.Value:
         """Zero-pad `dim` at its end up to `size` (no op when already that long)."""
         shape = _shape(value)

@@ -253,12 +253,12 @@ class _Partitioner:
             if name == "func.call":
                 self._emit_call(op)
                 return
+            if name == "stablehlo.while":
+                self._emit_while(op)
+                return
             rule = op_rules.rule_for(op)
-            if rule is not None and (name in _SIZE_FREE or rule.elementwise
-                                     or name == "stablehlo.while"):
+            if rule is not None and (name in _SIZE_FREE or rule.elementwise):
                 self._emit_by_rule(op, rule)
-            elif name in ("stablehlo.while", "stablehlo.if", "stablehlo.case"):
-                self._emit_with_regions(op)
             else:
                 self._emit_replicated(op)
 
@@ -391,7 +391,14 @@ class _Partitioner:
         compound = {f for tensor in (*rule.operands, *rule.results) for dim in tensor
                     if len(dim) > 1 for f in dim}
         used: set[str] = set()
-        for factor, kind in enumerate(rule.factor_kinds):
+        # Reduction factors first: their axes are where the operands' data
+        # already is, and a result that wants the same axis on one of its
+        # dims then gets it by a reduce-scatter of the local partial rather
+        # than by moving the operands.
+        order = sorted(range(rule.num_factors),
+                       key=lambda f: rule.factor_kinds[f] is not FactorKind.REDUCTION)
+        for factor in order:
+            kind = rule.factor_kinds[factor]
             keep = kind in (FactorKind.PASS_THROUGH, FactorKind.REDUCTION)
             if kind is FactorKind.REDUCTION and not rule.reduction:
                 keep = False
@@ -479,8 +486,16 @@ class _Partitioner:
             if _shape(result) is not None and self.shardings.get(result) != target:
                 self._settle(result, target)
 
-    def _emit_with_regions(self, op: ir.Operation) -> None:
-        self._emit_replicated(op)
+    def _emit_while(self, op: ir.Operation) -> None:
+        """A loop keeps its carries in their (propagated) shardings: operands
+        are resharded to them, the body runs per device, results stay so."""
+        carries = self._result_shardings(op)
+        operands = [self._to(v, s) if _shape(v) is not None else self.local[v]
+                    for v, s in zip(op.operands, carries)]
+        result_types = [_local_type(r.type, s) for r, s in zip(op.results, carries)]
+        new_op = self._create(op, operands, result_types)
+        for old, new, sharding in zip(op.results, new_op.results, carries):
+            self._bind(old, new, sharding)
 
     # ------------------------------------------------- created and fallback
 

@@ -151,3 +151,12 @@ def test_uneven_contracting_dimension_is_masked_on_both_operands():
                                                  "x=4", [(r"^x$", (None, "x")), (r"^y$", ("x", None))])
     assert counts["all_reduce"] == 1 and counts["all_gather"] == 0
     assert "stablehlo.select" in partitioned  # the padding mask
+
+
+def test_while_loop_with_a_sharded_carry():
+    def loop(x, w):
+        return jax.lax.fori_loop(0, 3, lambda i, h: jnp.tanh(h @ w), x)
+
+    _, counts = _partition_and_compare(loop, (_random(8, 16), _random(16, 16)), "x=4",
+                                       [(r"^x$", ("x", None)), (r"^w$", (None, None))])
+    assert sum(counts.values()) == 0  # rows stay on their devices across iterations

@@ -1,0 +1,112 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate --spmd-partition | FileCheck %s
+
+// Ops with no partitioned form run replicated: operands gathered, the op on
+// global shapes with its attributes unchanged, the result sliced to its
+// sharding.
+
+// slice of rows [2, 6) of a row-sharded [8,8] on 4 devices: gather the rows
+// (all_gather dim 0, 2x8 -> 8x8), slice the whole tensor ([2:6] -> 4x8),
+// keep row k of the 4 on device k (table [0, 1, 2, 3], 1x8).
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[A]])
+// CHECK-SAME: all_gather_dim = 0 : i64
+// CHECK-SAME: replica_groups = dense<{{\[\[}}0, 1, 2, 3]]> : tensor<1x4xi64>
+// CHECK-SAME: (tensor<2x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[S:.*]] = stablehlo.slice %[[G]] [2:6, 0:8] : (tensor<8x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 1, 2, 3]> : tensor<4xi32>
+// CHECK-NEXT: %[[PID:.*]] = stablehlo.partition_id : tensor<ui32>
+// CHECK-NEXT: %[[E:.*]] = stablehlo.dynamic_slice %[[TABLE]], %[[PID]], sizes = [1]
+// CHECK-NEXT: %[[OFF:.*]] = stablehlo.reshape %[[E]] : (tensor<1xi32>) -> tensor<i32>
+// CHECK-NEXT: %[[Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
+// CHECK-NEXT: %[[MINE:.*]] = stablehlo.dynamic_slice %[[S]], %[[OFF]], %[[Z]], sizes = [1, 8] : (tensor<4x8xf32>, tensor<i32>, tensor<i32>) -> tensor<1x8xf32>
+// CHECK-NEXT: sdy.return %[[MINE]] : tensor<1x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @slice(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = stablehlo.slice %a [2:6, 0:8] : (tensor<8x8xf32>) -> tensor<4x8xf32>
+    return %0 : tensor<4x8xf32>
+  }
+}
+
+// -----
+
+// gather from a row-sharded table with replicated indices: the table is
+// gathered whole (2x4 -> 8x4), the gather runs on global shapes (4x4) and
+// each device keeps its row of the row-sharded result.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[T:arg[0-9]+]]: tensor<2x4xf32>, %[[I:arg[0-9]+]]: tensor<4x1xi32>) {
+// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[T]])
+// CHECK-SAME: all_gather_dim = 0 : i64
+// CHECK-SAME: (tensor<2x4xf32>) -> tensor<8x4xf32>
+// CHECK-NEXT: %[[R:.*]] = "stablehlo.gather"(%[[G]], %[[I]])
+// CHECK-SAME: slice_sizes = array<i64: 1, 4>
+// CHECK-SAME: (tensor<8x4xf32>, tensor<4x1xi32>) -> tensor<4x4xf32>
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 1, 2, 3]> : tensor<4xi32>
+// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[R]], {{.*}} sizes = [1, 4] : (tensor<4x4xf32>, tensor<i32>, tensor<i32>) -> tensor<1x4xf32>
+// CHECK-NEXT: sdy.return %[[MINE]] : tensor<1x4xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @gather(%a: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}, %i: tensor<4x1xi32>)
+      -> (tensor<4x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = "stablehlo.gather"(%a, %i) {dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, slice_sizes = array<i64: 1, 4>, indices_are_sorted = false} : (tensor<8x4xf32>, tensor<4x1xi32>) -> tensor<4x4xf32>
+    return %0 : tensor<4x4xf32>
+  }
+}
+
+// -----
+
+// An opaque custom_call (no rule) sees global values: its sharded operand
+// is gathered, it runs on 8x8, and the row-sharded function result takes
+// this device's 2 rows of its (replicated) result.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[A]]) {{.*}} : (tensor<2x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[K:.*]] = stablehlo.custom_call @my_kernel(%[[G]]) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 2, 4, 6]> : tensor<4xi32>
+// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[K]], {{.*}} sizes = [2, 8] : (tensor<8x8xf32>, tensor<i32>, tensor<i32>) -> tensor<2x8xf32>
+// CHECK-NEXT: sdy.return %[[MINE]] : tensor<2x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @opaque(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = stablehlo.custom_call @my_kernel(%a) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %0 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// stablehlo.if runs replicated too: the branches are partitioned inside (the
+// exp stays on the 2x8 block) and yield whole values (all_gather 2x8 ->
+// 8x8 in each branch, with its own channel); the if's 8x8 result is then
+// sliced to this device's rows (table [0, 2, 4, 6]).  The predicate is a
+// replicated scalar, so every device takes the same branch and the
+// collectives inside match up.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[P:arg[0-9]+]]: tensor<i1>, %[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK-NEXT: %[[IF:.*]] = "stablehlo.if"(%[[P]]) ({
+// CHECK-NEXT: %[[E:.*]] = stablehlo.exponential %[[A]] : tensor<2x8xf32>
+// CHECK-NEXT: %[[G1:.*]] = "stablehlo.all_gather"(%[[E]]) {{.*}}handle = 1,{{.*}} : (tensor<2x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: stablehlo.return %[[G1]] : tensor<8x8xf32>
+// CHECK-NEXT: }, {
+// CHECK-NEXT: %[[G2:.*]] = "stablehlo.all_gather"(%[[A]]) {{.*}}handle = 2,{{.*}} : (tensor<2x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: stablehlo.return %[[G2]] : tensor<8x8xf32>
+// CHECK-NEXT: }) : (tensor<i1>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 2, 4, 6]> : tensor<4xi32>
+// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[IF]], {{.*}} sizes = [2, 8] : (tensor<8x8xf32>, tensor<i32>, tensor<i32>) -> tensor<2x8xf32>
+// CHECK-NEXT: sdy.return %[[MINE]] : tensor<2x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @conditional(%p: tensor<i1>, %a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = "stablehlo.if"(%p) ({
+      %1 = stablehlo.exponential %a : tensor<8x8xf32>
+      stablehlo.return %1 : tensor<8x8xf32>
+    }, {
+      stablehlo.return %a : tensor<8x8xf32>
+    }) : (tensor<i1>) -> tensor<8x8xf32>
+    return %0 : tensor<8x8xf32>
+  }
+}

@@ -1,0 +1,177 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate --spmd-partition | FileCheck %s
+
+// custom_call @Sharding from rows to columns on 4 devices, S(0) -> S(1): one
+// all_to_all.  Device k splits its 2x8 rows into 4 column blocks of 2
+// (split_dimension = 1), sends block j to device j, and stacks the 4 2x2
+// blocks it receives, in device order, along dim 0 (concat_dimension = 0):
+// rows 0..7 of columns [2k, 2k+2), 8x2.  The custom_call is gone.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK-NEXT: %[[T:.*]] = "stablehlo.all_to_all"(%[[A]])
+// CHECK-SAME: channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, concat_dimension = 0 : i64, replica_groups = dense<{{\[\[}}0, 1, 2, 3]]> : tensor<1x4xi64>, split_count = 4 : i64, split_dimension = 1 : i64
+// CHECK-SAME: (tensor<2x8xf32>) -> tensor<8x2xf32>
+// CHECK-NEXT: sdy.return %[[T]] : tensor<8x2xf32>
+// CHECK-NOT: custom_call
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @rows_to_columns(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) {
+    %0 = stablehlo.custom_call @Sharding(%a) {mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %0 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// S(0) -> replicated: one all_gather on dim 0 over the 4 devices, 2x8 -> 8x8.
+
+// CHECK-LABEL: // -----
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[A]])
+// CHECK-SAME: all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<{{\[\[}}0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids
+// CHECK-SAME: (tensor<2x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: sdy.return %[[G]] : tensor<8x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @gather(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{replicated}"}) {
+    %0 = stablehlo.custom_call @Sharding(%a) {mhlo.sharding = "{replicated}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %0 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// replicated -> S(1) over b on a 2x2 (a, b) mesh: no communication, each
+// device slices its columns.  The tile assignment [0, 2, 1, 3] puts devices
+// {0, 2} in column block 0 and {1, 3} in block 1; with d = 2*a + b that is
+// axis b.  Device d starts at column 4*b(d): table [0, 4, 0, 4], indexed by
+// partition_id, offset on dim 1, 8x4 slice.
+
+// CHECK-LABEL: // -----
+// CHECK: func.func public @main
+// CHECK-SAME: -> (tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"b"}]>})
+// CHECK: (%[[A:arg[0-9]+]]: tensor<8x8xf32>) {
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 4, 0, 4]> : tensor<4xi32>
+// CHECK-NEXT: %[[PID:.*]] = stablehlo.partition_id : tensor<ui32>
+// CHECK-NEXT: %[[E:.*]] = stablehlo.dynamic_slice %[[TABLE]], %[[PID]], sizes = [1] : (tensor<4xi32>, tensor<ui32>) -> tensor<1xi32>
+// CHECK-NEXT: %[[OFF:.*]] = stablehlo.reshape %[[E]] : (tensor<1xi32>) -> tensor<i32>
+// CHECK-NEXT: %[[Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
+// CHECK-NEXT: %[[S:.*]] = stablehlo.dynamic_slice %[[A]], %[[Z]], %[[OFF]], sizes = [8, 4] : (tensor<8x8xf32>, tensor<i32>, tensor<i32>) -> tensor<8x4xf32>
+// CHECK-NEXT: sdy.return %[[S]] : tensor<8x4xf32>
+// CHECK-NOT: stablehlo.all_
+module attributes {spmd.mesh = #sdy.mesh<["a"=2, "b"=2]>} {
+  func.func @slice_columns(%a: tensor<8x8xf32> {mhlo.sharding = "{replicated}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"}) {
+    %0 = stablehlo.custom_call @Sharding(%a) {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %0 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// The same tile assignment on a mesh with an explicit device order,
+// device_ids = [0, 2, 1, 3]: mesh position (a, b) holds device
+// device_ids[2a + b], so (0,0)=0, (0,1)=2, (1,0)=1, (1,1)=3.  Now {0, 2}
+// are a = 0 and the split is over a, on dim 0.  Tables and groups follow
+// the device ids, not the positions: replicated -> S(0) over a slices rows
+// at 4*a(d) = [0, 4, 0, 4] for d = 0..3; S(0) over a -> replicated gathers
+// within the devices differing only along a, in a order: b = 0 is devices
+// (0, 1), b = 1 is (2, 3).
+
+// CHECK-LABEL: // -----
+// CHECK: sdy.mesh @mesh = <["a"=2, "b"=2], device_ids=[0, 2, 1, 3]>
+// CHECK: (%[[A:arg[0-9]+]]: tensor<8x8xf32>) {
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 4, 0, 4]> : tensor<4xi32>
+// CHECK-NEXT: %[[PID:.*]] = stablehlo.partition_id : tensor<ui32>
+// CHECK-NEXT: %[[E:.*]] = stablehlo.dynamic_slice %[[TABLE]], %[[PID]], sizes = [1]
+// CHECK-NEXT: %[[OFF:.*]] = stablehlo.reshape %[[E]] : (tensor<1xi32>) -> tensor<i32>
+// CHECK-NEXT: %[[Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
+// CHECK-NEXT: %[[S:.*]] = stablehlo.dynamic_slice %[[A]], %[[OFF]], %[[Z]], sizes = [4, 8] : (tensor<8x8xf32>, tensor<i32>, tensor<i32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[X:.*]] = stablehlo.exponential %[[S]] : tensor<4x8xf32>
+// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[X]])
+// CHECK-SAME: all_gather_dim = 0 : i64
+// CHECK-SAME: replica_groups = dense<{{\[\[}}0, 1], [2, 3]]> : tensor<2x2xi64>
+// CHECK-SAME: (tensor<4x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: sdy.return %[[G]] : tensor<8x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["a"=2, "b"=2], device_ids=[0, 2, 1, 3]>} {
+  func.func @device_order(%x: tensor<8x8xf32> {mhlo.sharding = "{replicated}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{replicated}"}) {
+    %0 = stablehlo.custom_call @Sharding(%x) {mhlo.sharding = "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    %1 = stablehlo.exponential %0 : tensor<8x8xf32>
+    %2 = stablehlo.custom_call @Sharding(%1) {mhlo.sharding = "{replicated}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %2 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Two collectives in one program get distinct channels, in order: rows ->
+// columns (all_to_all, handle 1), exp on 8x2, columns -> replicated
+// (all_gather on dim 1, handle 2).
+
+// CHECK-LABEL: // -----
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK-NEXT: %[[T:.*]] = "stablehlo.all_to_all"(%[[A]]) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>
+// CHECK-SAME: (tensor<2x8xf32>) -> tensor<8x2xf32>
+// CHECK-NEXT: %[[X:.*]] = stablehlo.exponential %[[T]] : tensor<8x2xf32>
+// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[X]]) <{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
+// CHECK-SAME: (tensor<8x2xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: sdy.return %[[G]] : tensor<8x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @channels(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{replicated}"}) {
+    %0 = stablehlo.custom_call @Sharding(%x) {mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    %1 = stablehlo.exponential %0 : tensor<8x8xf32>
+    %2 = stablehlo.custom_call @Sharding(%1) {mhlo.sharding = "{replicated}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %2 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Same shard count, other axis: rows over x -> rows over y on a 2x2 (x, y)
+// mesh is a collective_permute.  Device d = 2x + y holds row block x(d)
+// and needs block y(d): 0 and 3 keep theirs, 1 needs block 0 and 2 needs
+// block 1; each device sends once, so the pairs (source, target) are
+// (0,0), (2,1), (1,2), (3,3).
+
+// CHECK-LABEL: // -----
+// CHECK: (%[[A:arg[0-9]+]]: tensor<4x8xf32>) {
+// CHECK-NEXT: %[[P:.*]] = "stablehlo.collective_permute"(%[[A]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 0], [2, 1], [1, 2], [3, 3]]> : tensor<4x2xi64>
+// CHECK-SAME: (tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: sdy.return %[[P]] : tensor<4x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
+  func.func @permute(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}"}) {
+    %0 = stablehlo.custom_call @Sharding(%a) {mhlo.sharding = "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %0 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Uneven S(0) -> S(1): [10,6] on 4 devices is 3x6 per device as rows
+// (padded 10 -> 12) and 10x2 as columns (padded 6 -> 8).  all_to_all needs
+// whole blocks: pad the local columns 6 -> 8, exchange (3x8 -> 12x2), trim
+// the padded rows (12x2 -> 10x2).  The 10x2 blocks make a 10x8 global result
+// that is sliced to 10x6.
+
+// CHECK-LABEL: // -----
+// CHECK: (%[[A:arg[0-9]+]]: tensor<3x6xf32>) {
+// CHECK-NEXT: %[[Z:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+// CHECK-NEXT: %[[P:.*]] = stablehlo.pad %[[A]], %[[Z]], low = [0, 0], high = [0, 2], interior = [0, 0] : (tensor<3x6xf32>, tensor<f32>) -> tensor<3x8xf32>
+// CHECK-NEXT: %[[T:.*]] = "stablehlo.all_to_all"(%[[P]])
+// CHECK-SAME: concat_dimension = 0 : i64, replica_groups = dense<{{\[\[}}0, 1, 2, 3]]> : tensor<1x4xi64>, split_count = 4 : i64, split_dimension = 1 : i64
+// CHECK-SAME: (tensor<3x8xf32>) -> tensor<12x2xf32>
+// CHECK-NEXT: %[[S:.*]] = stablehlo.slice %[[T]] [0:10, 0:2] : (tensor<12x2xf32>) -> tensor<10x2xf32>
+// CHECK-NEXT: sdy.return %[[S]] : tensor<10x2xf32>
+// CHECK-NEXT: } : (tensor<12x6xf32>) -> tensor<10x8xf32>
+// CHECK-NEXT: stablehlo.slice %{{.*}} [0:10, 0:6] : (tensor<10x8xf32>) -> tensor<10x6xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @uneven(%a: tensor<10x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<10x6xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) {
+    %0 = stablehlo.custom_call @Sharding(%a) {mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<10x6xf32>) -> tensor<10x6xf32>
+    return %0 : tensor<10x6xf32>
+  }
+}

@@ -1,0 +1,136 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate --spmd-partition | FileCheck %s
+
+// broadcast_in_dim keeps the operand's sharding on the dim it maps to: b [8]
+// over 4 devices (2 each) broadcast along a new major dim is [4,8] sharded
+// on dim 1, 4x2 per device.  A scalar broadcasts to the local shape
+// directly.  The broadcast_dimensions attribute is unchanged.  No
+// collective.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[B:arg[0-9]+]]: tensor<2xf32>, %[[S:arg[0-9]+]]: tensor<f32>) {
+// CHECK-NEXT: %[[X:.*]] = stablehlo.broadcast_in_dim %[[B]], dims = [1] : (tensor<2xf32>) -> tensor<4x2xf32>
+// CHECK-NEXT: %[[Y:.*]] = stablehlo.broadcast_in_dim %[[S]], dims = [] : (tensor<f32>) -> tensor<4x2xf32>
+// CHECK-NEXT: %[[Z:.*]] = stablehlo.add %[[X]], %[[Y]] : tensor<4x2xf32>
+// CHECK-NEXT: sdy.return %[[Z]] : tensor<4x2xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @broadcast(%b: tensor<8xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}, %s: tensor<f32>)
+      -> (tensor<4x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) {
+    %0 = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<8xf32>) -> tensor<4x8xf32>
+    %1 = stablehlo.broadcast_in_dim %s, dims = [] : (tensor<f32>) -> tensor<4x8xf32>
+    %2 = stablehlo.add %0, %1 : tensor<4x8xf32>
+    return %2 : tensor<4x8xf32>
+  }
+}
+
+// -----
+
+// transpose moves the sharding with the dim: [8,4] row-sharded (2x4 each)
+// transposes to [4,8] column-sharded (4x2 each).  No collective.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x4xf32>) {
+// CHECK-NEXT: %[[T:.*]] = stablehlo.transpose %[[A]], dims = [1, 0] : (tensor<2x4xf32>) -> tensor<4x2xf32>
+// CHECK-NEXT: sdy.return %[[T]] : tensor<4x2xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @transpose(%a: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<4x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) {
+    %0 = stablehlo.transpose %a, dims = [1, 0] : (tensor<8x4xf32>) -> tensor<4x8xf32>
+    return %0 : tensor<4x8xf32>
+  }
+}
+
+// -----
+
+// reshape splitting the sharded dim: [8,6] rows over 4 devices -> [4,2,6]
+// with dim 0 over the 4: device k's rows [2k, 2k+2) are exactly the block
+// [k, 0:2, :], so 2x6 -> 1x2x6 locally.  Merging back is the same in
+// reverse.  No collective.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x6xf32>) {
+// CHECK-NEXT: %[[S:.*]] = stablehlo.reshape %[[A]] : (tensor<2x6xf32>) -> tensor<1x2x6xf32>
+// CHECK-NEXT: %[[N:.*]] = stablehlo.negate %[[S]] : tensor<1x2x6xf32>
+// CHECK-NEXT: %[[M:.*]] = stablehlo.reshape %[[N]] : (tensor<1x2x6xf32>) -> tensor<2x6xf32>
+// CHECK-NEXT: sdy.return %[[S]], %[[M]] : tensor<1x2x6xf32>, tensor<2x6xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @split_and_merge(%a: tensor<8x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<4x2x6xf32> {mhlo.sharding = "{devices=[4,1,1]<=[4]}"},
+          tensor<8x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = stablehlo.reshape %a : (tensor<8x6xf32>) -> tensor<4x2x6xf32>
+    %1 = stablehlo.negate %0 : tensor<4x2x6xf32>
+    %2 = stablehlo.reshape %1 : (tensor<4x2x6xf32>) -> tensor<8x6xf32>
+    return %0, %2 : tensor<4x2x6xf32>, tensor<8x6xf32>
+  }
+}
+
+// -----
+
+// A dim split over two axes (x, y) of a 2x2 mesh splits across a reshape:
+// [8,6] rows over (x, y) -> [2,4,6] with dim 0 over x and dim 1 over y.
+// Device (x, y) holds rows [2*(2x+y), +2) = [4x + 2y, +2), which is
+// [x, 2y:2y+2, :] of the [2,4,6] view: 2x6 -> 1x2x6 locally, and back.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: manual_axes={"x", "y"} (%[[A:arg[0-9]+]]: tensor<2x6xf32>) {
+// CHECK-NEXT: %[[S:.*]] = stablehlo.reshape %[[A]] : (tensor<2x6xf32>) -> tensor<1x2x6xf32>
+// CHECK-NEXT: %[[N:.*]] = stablehlo.negate %[[S]] : tensor<1x2x6xf32>
+// CHECK-NEXT: %[[M:.*]] = stablehlo.reshape %[[N]] : (tensor<1x2x6xf32>) -> tensor<2x6xf32>
+// CHECK-NEXT: sdy.return %[[M]] : tensor<2x6xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
+  func.func @split_two_axes(%a: tensor<8x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> tensor<8x6xf32> {
+    %0 = stablehlo.reshape %a : (tensor<8x6xf32>) -> tensor<2x4x6xf32>
+    %1 = stablehlo.negate %0 : tensor<2x4x6xf32>
+    %2 = stablehlo.reshape %1 : (tensor<2x4x6xf32>) -> tensor<8x6xf32>
+    return %2 : tensor<8x6xf32>
+  }
+}
+
+// -----
+
+// Merging a sharded *minor* dim: [8,6] with its columns over 2 devices
+// (8x3 each) -> [48].  A device's columns are not a contiguous run of the
+// flat vector, so the merge cannot stay sharded: the columns are gathered
+// (all_gather on dim 1, 8x3 -> 8x6, group [[0, 1]]) and the whole [48]
+// reshaped, as the replicated result wants.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<8x3xf32>) {
+// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[A]])
+// CHECK-SAME: all_gather_dim = 1 : i64
+// CHECK-SAME: replica_groups = dense<{{\[\[}}0, 1]]> : tensor<1x2xi64>
+// CHECK-SAME: (tensor<8x3xf32>) -> tensor<8x6xf32>
+// CHECK-NEXT: %[[R:.*]] = stablehlo.reshape %[[G]] : (tensor<8x6xf32>) -> tensor<48xf32>
+// CHECK-NEXT: sdy.return %[[R]] : tensor<48xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
+  func.func @merge_minor(%a: tensor<8x6xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"}) -> tensor<48xf32> {
+    %0 = stablehlo.reshape %a : (tensor<8x6xf32>) -> tensor<48xf32>
+    return %0 : tensor<48xf32>
+  }
+}
+
+// -----
+
+// Merging an unevenly sharded dim: [10,6] rows over 4 devices (3 rows
+// each, the last with 2 rows of padding) -> [60] over 4 (15 each).  The
+// padding would land inside the flat vector, so the rows are gathered and
+// trimmed (12x6 -> 10x6), reshaped whole, and device k keeps elements
+// [15k, 15k+15): offset table [0, 15, 30, 45].
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<3x6xf32>) {
+// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[A]]) {{.*}} : (tensor<3x6xf32>) -> tensor<12x6xf32>
+// CHECK-NEXT: %[[T:.*]] = stablehlo.slice %[[G]] [0:10, 0:6] : (tensor<12x6xf32>) -> tensor<10x6xf32>
+// CHECK-NEXT: %[[R:.*]] = stablehlo.reshape %[[T]] : (tensor<10x6xf32>) -> tensor<60xf32>
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 15, 30, 45]> : tensor<4xi32>
+// CHECK-NEXT: %[[PID:.*]] = stablehlo.partition_id : tensor<ui32>
+// CHECK-NEXT: %[[E:.*]] = stablehlo.dynamic_slice %[[TABLE]], %[[PID]], sizes = [1]
+// CHECK-NEXT: %[[OFF:.*]] = stablehlo.reshape %[[E]] : (tensor<1xi32>) -> tensor<i32>
+// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[R]], %[[OFF]], sizes = [15] : (tensor<60xf32>, tensor<i32>) -> tensor<15xf32>
+// CHECK-NEXT: sdy.return %[[MINE]] : tensor<15xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @merge_uneven(%a: tensor<10x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<60xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}) {
+    %0 = stablehlo.reshape %a : (tensor<10x6xf32>) -> tensor<60xf32>
+    return %0 : tensor<60xf32>
+  }
+}
