@@ -49,6 +49,7 @@ from stablehlo_spmd.module_shardings import (
     mesh_attr_text, module_mesh, read_hlo, sdy_sharding_text)
 from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
 from stablehlo_spmd.passes import ModulePass, register_pass
+from stablehlo_spmd.reshard import plan, plan_cost
 from stablehlo_spmd.sharding import Sharding
 
 # Ops whose attributes name dimensions, never sizes: re-created as they are
@@ -312,29 +313,50 @@ class _Partitioner:
 
     def _emit_by_rule(self, op: ir.Operation, rule: OpRule) -> None:
         wanted = self._result_shardings(op)
-        axes = self._factor_axes(op, rule, wanted)
+        # Two ways to seat an axis both a result dim and a reduced dim want:
+        # on the result (move the operands) or on the reduction (reduce-scatter
+        # the local partial).  Take whichever moves fewer bytes.
+        candidates = []
+        for reduction_first in (False, True):
+            axes = self._factor_axes(op, rule, wanted, reduction_first)
+            required, produced = self._layouts(op, rule, axes, wanted)
+            candidates.append((self._cost(op, required, produced, wanted), axes, required, produced))
+            if not any(k is FactorKind.REDUCTION for k in rule.factor_kinds):
+                break
+        _, axes, required, produced = min(candidates, key=lambda c: c[0])
         operands = []
-        partial_operands = set()
+        for index, (operand, dims, layout) in enumerate(zip(op.operands, rule.operands, required)):
+            local = self._to(operand, layout) if layout is not None else self.local[operand]
+            operands.append(self._mask_uneven_reduction(op, rule, axes, index, dims, local))
+        result_types = [_local_type(r.type, s) for r, s in zip(op.results, produced)]
+        new_op = self._create(op, operands, result_types)
+        for old, new, layout, target in zip(op.results, new_op.results, produced, wanted):
+            self._bind(old, new, layout)
+            self._settle(old, target)
+
+    def _layouts(self, op: ir.Operation, rule: OpRule, axes, wanted):
+        """Operand layouts the local op needs and result layouts it produces."""
+        required, partial_operands = [], set()
         result_partial = wanted[0].unreduced if wanted else ()
         for index, (operand, dims) in enumerate(zip(op.operands, rule.operands)):
-            required = self._layout(dims, axes)
+            if _shape(operand) is None:
+                required.append(None)
+                continue
+            layout = self._layout(dims, axes)
             source = self.shardings.get(operand)
-            keep_partial = (source is not None and source.unreduced and rule.unreduced
-                            is not UnreducedFlow.NONE and index in rule.linear_operands
-                            and set(source.unreduced) <= set(result_partial))
-            if keep_partial:
-                required = dataclasses.replace(required, unreduced=source.unreduced,
-                                               reduction=source.reduction)
+            if (source is not None and source.unreduced and rule.unreduced is not UnreducedFlow.NONE
+                    and index in rule.linear_operands
+                    and set(source.unreduced) <= set(result_partial)):
+                layout = dataclasses.replace(layout, unreduced=source.unreduced,
+                                             reduction=source.reduction)
                 partial_operands.add(index)
-            local = self._to(operand, required) if _shape(operand) is not None \
-                else self.local[operand]
-            operands.append(self._mask_uneven_reduction(op, rule, axes, index, dims, local))
-        produced = []
+            required.append(layout)
         reduction_axes = tuple(a for f, kind in enumerate(rule.factor_kinds)
                                if kind is FactorKind.REDUCTION for a in axes[f])
         flowed = ()
         if partial_operands:
             flowed = self.shardings[op.operands[min(partial_operands)]].unreduced
+        produced = []
         for dims in rule.results:
             layout = self._layout(dims, axes)
             unreduced = tuple(dict.fromkeys(reduction_axes + flowed))
@@ -342,11 +364,21 @@ class _Partitioner:
                 layout = dataclasses.replace(layout, unreduced=unreduced,
                                              reduction=rule.reduction or "sum")
             produced.append(layout)
-        result_types = [_local_type(r.type, s) for r, s in zip(op.results, produced)]
-        new_op = self._create(op, operands, result_types)
-        for old, new, layout, target in zip(op.results, new_op.results, produced, wanted):
-            self._bind(old, new, layout)
-            self._settle(old, target)
+        return required, produced
+
+    def _cost(self, op: ir.Operation, required, produced, wanted) -> float:
+        """Bytes per device the reshards around the local op would move."""
+        total = 0.0
+        for operand, layout in zip(op.operands, required):
+            source = self.shardings.get(operand)
+            if layout is not None and source is not None and source != layout:
+                total += _plan_cost(source, layout, operand)
+        for result, layout, target in zip(op.results, produced, wanted):
+            if not set(target.unreduced) <= set(layout.unreduced):
+                target = dataclasses.replace(target, unreduced=(), reduction="sum")
+            if layout != target:
+                total += _plan_cost(layout, target, result)
+        return total
 
     def _mask_uneven_reduction(self, op: ir.Operation, rule: OpRule, axes, index: int, dims,
                                local: ir.Value) -> ir.Value:
@@ -367,7 +399,8 @@ class _Partitioner:
                 local = self.emitter.mask_padding(local, dim, factor_axes, size, neutral)
         return local
 
-    def _factor_axes(self, op: ir.Operation, rule: OpRule, wanted: list[Sharding]) -> list[tuple]:
+    def _factor_axes(self, op: ir.Operation, rule: OpRule, wanted: list[Sharding],
+                     reduction_first: bool = False) -> list[tuple]:
         """The mesh axes each factor runs over in the per-device op."""
         axes: list[tuple] = [()] * rule.num_factors
         assigned = [False] * rule.num_factors
@@ -391,12 +424,11 @@ class _Partitioner:
         compound = {f for tensor in (*rule.operands, *rule.results) for dim in tensor
                     if len(dim) > 1 for f in dim}
         used: set[str] = set()
-        # Reduction factors first: their axes are where the operands' data
-        # already is, and a result that wants the same axis on one of its
-        # dims then gets it by a reduce-scatter of the local partial rather
-        # than by moving the operands.
+        # With `reduction_first`, reduction factors claim their axes before
+        # the result's dims do (a result wanting the same axis then gets it by
+        # a reduce-scatter of the local partial).
         order = sorted(range(rule.num_factors),
-                       key=lambda f: rule.factor_kinds[f] is not FactorKind.REDUCTION)
+                       key=lambda f: reduction_first and rule.factor_kinds[f] is not FactorKind.REDUCTION)
         for factor in order:
             kind = rule.factor_kinds[factor]
             keep = kind in (FactorKind.PASS_THROUGH, FactorKind.REDUCTION)
@@ -547,6 +579,15 @@ class _Partitioner:
 
     def _warn_limit(self) -> int:
         return self.warn_bytes
+
+
+def _plan_cost(source: Sharding, target: Sharding, value: ir.Value) -> float:
+    element_type = value.type.element_type
+    element_bytes = max(1, getattr(element_type, "width", 32) // 8)
+    try:
+        return plan_cost(plan(source, target, tuple(value.type.shape), element_bytes))
+    except ShardingError:
+        return float("inf")
 
 
 def _shape(value: ir.Value) -> tuple[int, ...] | None:
