@@ -18,8 +18,14 @@ time:
   in-process ``sdy-propagation-pipeline`` through a ``PassManager``, print
   (with locations) -- what XLA's own propagation costs on this program.
 
+* pipeline: ``ss.partition(exported_text, rules=...)``: annotate +
+  spmd-propagate + spmd-partition + canonicalize + cse, from the exported
+  text to the per-device program (the partitioner issue's figure).
+
 Each figure is the median of ``--repeat`` runs.  The table gives the op count
-(every op inside the functions), both times, ours / shardy, and our time per op.
+(every op inside the functions), both propagation times, ours / shardy, our
+time per op, and the whole pipeline's time and its ratio to Shardy's
+propagation.
 """
 
 from __future__ import annotations
@@ -62,7 +68,16 @@ def _prepare(depth: int, rules: str):
         if not to_shardy(module, module_mesh(module)):
             raise SystemExit("could not write the annotated module in Shardy's form")
         sdy_text = print_module(module, debug_info=True)
-    return annotated, sdy_text, op_count
+    return text, annotated, sdy_text, op_count
+
+
+def _pipeline(exported_and_rules) -> None:
+    """The whole chain a user runs: annotate + propagate + partition (+ cleanup)."""
+    import stablehlo_spmd as ss
+    exported, rules = exported_and_rules
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ss.partition(exported, rules=rules)
 
 
 def _ours(annotated: str) -> None:
@@ -105,23 +120,26 @@ def main() -> None:
 
     rows = []
     for depth in options.depths:
-        annotated, sdy_text, op_count = _prepare(depth, options.rules)
+        exported, annotated, sdy_text, op_count = _prepare(depth, options.rules)
         _ours(annotated)      # warm-up: imports, rule tables, first context
         _shardy(sdy_text)
-        ours, shardy = [], []
+        ours, shardy, pipeline = [], [], []
         for _ in range(options.repeat):  # alternate, so drift hits both alike
             ours.append(_time(_ours, annotated))
             shardy.append(_time(_shardy, sdy_text))
-        rows.append((depth, op_count, statistics.median(ours), statistics.median(shardy)))
+            pipeline.append(_time(_pipeline, (exported, options.rules)))
+        rows.append((depth, op_count, statistics.median(ours), statistics.median(shardy),
+                     statistics.median(pipeline)))
         print(f"  depth {depth}: done", file=sys.stderr, flush=True)
 
     print(f"train_step of examples/transformer.py, rules {pathlib.Path(options.rules).name}, "
           f"median of {options.repeat}")
     print(f"{'depth':>5} {'ops':>7} {'ours ms':>9} {'shardy ms':>10} {'ratio':>6} "
-          f"{'ours us/op':>11}")
-    for depth, op_count, ours_s, shardy_s in rows:
+          f"{'ours us/op':>11} {'pipeline ms':>12} {'pipeline/shardy':>16}")
+    for depth, op_count, ours_s, shardy_s, pipeline_s in rows:
         print(f"{depth:>5} {op_count:>7} {ours_s * 1e3:>9.1f} {shardy_s * 1e3:>10.1f} "
-              f"{ours_s / shardy_s:>6.2f} {ours_s * 1e6 / op_count:>11.1f}")
+              f"{ours_s / shardy_s:>6.2f} {ours_s * 1e6 / op_count:>11.1f} "
+              f"{pipeline_s * 1e3:>12.1f} {pipeline_s / shardy_s:>16.2f}")
 
 
 if __name__ == "__main__":
