@@ -307,7 +307,14 @@ class _Partitioner:
             if source is not None and source != target and not _shape(value):
                 return self.emitter.reshard(local, source, target, ())
             return local
-        return self.emitter.reshard(local, source, target, _shape(value))
+        shape = _shape(value)
+        element_bytes = max(1, getattr(value.type.element_type, "width", 32) // 8)
+        steps = plan(source, target, shape, element_bytes, self.warn_bytes)
+        if any(step.replicates_fully for step in steps):
+            # XLA's "involuntary full rematerialization", but with a location.
+            diagnostics.warning(ir.Location.current, f"resharding {value.type} from {source} to "
+                                f"{target} goes through a fully replicated copy")
+        return self.emitter.reshard(local, source, target, shape, steps=steps)
 
     # ----------------------------------------------------- rule-driven ops
 
