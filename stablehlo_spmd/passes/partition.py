@@ -257,6 +257,8 @@ class _Partitioner:
             if name == "stablehlo.while":
                 self._emit_while(op)
                 return
+            if name == "stablehlo.gather" and self._emit_gather(op):
+                return
             rule = op_rules.rule_for(op)
             if rule is not None and (name in _SIZE_FREE or rule.elementwise):
                 self._emit_by_rule(op, rule)
@@ -525,6 +527,113 @@ class _Partitioner:
             if _shape(result) is not None and self.shardings.get(result) != target:
                 self._settle(result, target)
 
+    def _emit_gather(self, op: ir.Operation) -> bool:
+        """A gather from an operand sharded on indexed dims: a masked local gather.
+
+        Each device shifts the (clamped) indices into its shard of every
+        sharded indexed dim, gathers locally, and zeroes the rows whose index
+        falls outside its shard: the results are partial sums that exactly
+        one device contributes to (GSPMD's embedding-lookup strategy; the
+        sum is taken where propagation put it).  Full-slice dims keep their
+        sharding with a per-device slice size.  Returns False (the caller
+        runs it replicated) for any other shape of gather.
+        """
+        from jaxlib.mlir.dialects import stablehlo as hlo
+
+        rule = op_rules.rule_for(op)
+        if rule is None or len(op.results) != 1:
+            return False
+        numbers = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+        index_map = list(numbers.start_index_map)
+        vector_dim = numbers.index_vector_dim
+        slice_sizes = list(op_rules.int_array(op.attributes["slice_sizes"]))
+        operand, indices = op.operands[0], op.operands[1]
+        operand_shape, indices_shape = _shape(operand), _shape(indices)
+        wanted = self._result_shardings(op)
+        axes = self._factor_axes(op, rule, wanted, reduction_first=True)
+        required, produced = self._layouts(op, rule, axes, wanted)
+        operand_layout = required[0]
+        batching = set(numbers.operand_batching_dims)
+        for dim, dim_axes in enumerate(operand_layout.dim_axes):
+            if not dim_axes:
+                continue
+            shards = self.mesh.axes_size(dim_axes)
+            if operand_shape[dim] % shards:
+                return False
+            indexed = dim in index_map and dim not in batching
+            if indexed and slice_sizes[dim] != 1:
+                return False
+            if not indexed and dim not in batching and slice_sizes[dim] != operand_shape[dim]:
+                return False
+        if any(required[1].dim_axes[d] for d in range(len(indices_shape)) if d == vector_dim):
+            return False
+        local_operand = self._to(operand, operand_layout)
+        local_indices = self._to(indices, required[1])
+        local_operand_shape = operand_layout.shard_shape(operand_shape)
+        local_slice_sizes = [local_operand_shape[d] if (slice_sizes[d] == operand_shape[d]
+                                                          and d not in index_map) else size
+                             for d, size in enumerate(slice_sizes)]
+        mask = None
+        index_type = local_indices.type
+        element = index_type.element_type
+        components = []
+        for k, dim in enumerate(index_map):
+            component = self._index_component(local_indices, vector_dim, k)
+            dim_axes = operand_layout.dim_axes[dim]
+            if dim_axes and dim not in batching:
+                size = local_operand_shape[dim]
+                component = _clamp(component, 0, operand_shape[dim] - 1, element)
+                offset = self.emitter.axis_index(dim_axes)
+                offset = hlo.ConvertOp(ir.RankedTensorType.get([], element), offset).result
+                offset = hlo.MulOp(offset, _scalar(size, element)).result
+                component = hlo.SubtractOp(component, hlo.BroadcastInDimOp(
+                    component.type, offset, []).result).result
+                inside = hlo.AndOp(
+                    hlo.CompareOp(component, _splat(0, component.type),
+                                  hlo.ComparisonDirectionAttr.get("GE")).result,
+                    hlo.CompareOp(component, _splat(size, component.type),
+                                  hlo.ComparisonDirectionAttr.get("LT")).result).result
+                mask = inside if mask is None else hlo.AndOp(mask, inside).result
+            components.append(component)
+        if mask is None:
+            return False  # nothing sharded to mask: the rule-free path is as good
+        if vector_dim < len(indices_shape):
+            local_indices = hlo.ConcatenateOp(components, vector_dim).result
+        else:
+            local_indices = components[0]
+        attributes = {n: op.attributes[n] for n in op.attributes if n != MHLO_SHARDING}
+        attributes["slice_sizes"] = ir.DenseI64ArrayAttr.get(local_slice_sizes)
+        result_type = _local_type(op.results[0].type, produced[0])
+        gathered = ir.Operation.create(op.name, results=[result_type],
+                                       operands=[local_operand, local_indices],
+                                       attributes=attributes).results[0]
+        # The mask covers the batch positions; spread it over the offset dims.
+        batch_result_dims = [d for d in range(len(result_type.shape))
+                             if d not in set(numbers.offset_dims)]
+        mask_shape = [d for i, d in enumerate(mask.type.shape) if i != vector_dim]
+        mask = hlo.ReshapeOp(ir.RankedTensorType.get(mask_shape, mask.type.element_type),
+                             mask).result
+        wide = ir.RankedTensorType.get(list(result_type.shape), mask.type.element_type)
+        mask = hlo.BroadcastInDimOp(wide, mask, batch_result_dims).result
+        zero = _splat(0, result_type) if not isinstance(result_type.element_type, ir.FloatType) \
+            else hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+                result_type, ir.FloatAttr.get(result_type.element_type, 0.0))).result
+        result = hlo.SelectOp(mask, gathered, zero).result
+        self._bind(op.results[0], result, produced[0])
+        self._settle(op.results[0], wanted[0])
+        return True
+
+    def _index_component(self, indices: ir.Value, vector_dim: int, k: int) -> ir.Value:
+        """Component k of every index vector, keeping a size-1 vector dim."""
+        from jaxlib.mlir.dialects import stablehlo as hlo
+        shape = list(indices.type.shape)
+        if vector_dim >= len(shape):
+            return indices
+        start = [0] * len(shape)
+        limit = list(shape)
+        start[vector_dim], limit[vector_dim] = k, k + 1
+        return hlo.SliceOp(indices, start, limit, [1] * len(shape)).result
+
     def _emit_while(self, op: ir.Operation) -> None:
         """A loop keeps its carries in their (propagated) shardings: operands
         are resharded to them, the body runs per device, results stay so."""
@@ -607,6 +716,24 @@ def _local_type(value_type: ir.Type, sharding: Sharding) -> ir.Type:
         return value_type
     local = sharding.shard_shape(tuple(value_type.shape))
     return ir.RankedTensorType.get(local, value_type.element_type)
+
+
+def _scalar(value: int, element_type: ir.Type) -> ir.Value:
+    from jaxlib.mlir.dialects import stablehlo as hlo
+    return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+        ir.RankedTensorType.get([], element_type), ir.IntegerAttr.get(element_type, value))).result
+
+
+def _splat(value: int, tensor_type: ir.Type) -> ir.Value:
+    from jaxlib.mlir.dialects import stablehlo as hlo
+    return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+        tensor_type, ir.IntegerAttr.get(tensor_type.element_type, value))).result
+
+
+def _clamp(value: ir.Value, low: int, high: int, element_type: ir.Type) -> ir.Value:
+    """Clamp indices as gather itself would, before shifting them into a shard."""
+    from jaxlib.mlir.dialects import stablehlo as hlo
+    return hlo.ClampOp(_scalar(low, element_type), value, _scalar(high, element_type)).result
 
 
 def _zero(element_type: ir.Type) -> str:

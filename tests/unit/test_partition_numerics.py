@@ -160,3 +160,13 @@ def test_while_loop_with_a_sharded_carry():
     _, counts = _partition_and_compare(loop, (_random(8, 16), _random(16, 16)), "x=4",
                                        [(r"^x$", ("x", None)), (r"^w$", (None, None))])
     assert sum(counts.values()) == 0  # rows stay on their devices across iterations
+
+
+def test_vocab_sharded_embedding_lookup_is_a_masked_local_gather():
+    table = _random(16, 8)
+    ids = jnp.asarray(np.random.default_rng(7).integers(0, 16, size=(4, 6)), jnp.int32)
+    partitioned, counts = _partition_and_compare(
+        lambda t, i: jnp.tanh(jnp.take(t, i, axis=0)), (table, ids), "data=2,model=4",
+        [(r"^t$", ("model", None)), (r"^i$", ("data", None))])
+    assert counts["all_gather"] == 0  # the table never moves
+    assert counts["all_reduce"] + counts["reduce_scatter"] >= 1

@@ -32,20 +32,33 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 
 // -----
 
-// gather from a row-sharded table with replicated indices: the table is
-// gathered whole (2x4 -> 8x4), the gather runs on global shapes (4x4) and
-// each device keeps its row of the row-sharded result.
+// gather from a row-sharded table (8x4 on 4 devices, 2 rows each) with
+// replicated indices: a masked local gather.  Each device clamps the index
+// to [0, 7] as gather would, shifts it into its shard (minus 2 * its
+// position), gathers from its 2x4 rows, and zeroes the rows whose index is
+// outside [0, 2).  Exactly one device contributes each row, so the 4x4
+// result is a partial sum; the row-sharded result takes it by a
+// reduce_scatter (48 bytes per device) rather than gathering the table (96).
 
 // CHECK-LABEL: func.func public @main
 // CHECK: (%[[T:arg[0-9]+]]: tensor<2x4xf32>, %[[I:arg[0-9]+]]: tensor<4x1xi32>) {
-// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[T]])
-// CHECK-SAME: all_gather_dim = 0 : i64
-// CHECK-SAME: (tensor<2x4xf32>) -> tensor<8x4xf32>
-// CHECK-NEXT: %[[R:.*]] = "stablehlo.gather"(%[[G]], %[[I]])
+// CHECK-NOT: all_gather
+// CHECK: %[[C:.*]] = stablehlo.slice %[[I]] [0:4, 0:1]
+// CHECK: %[[CL:.*]] = stablehlo.clamp %{{.*}}, %[[C]], %{{.*}} : (tensor<i32>, tensor<4x1xi32>, tensor<i32>) -> tensor<4x1xi32>
+// CHECK: stablehlo.constant dense<[0, 1, 2, 3]> : tensor<4xi32>
+// CHECK: stablehlo.partition_id
+// CHECK: %[[SHIFTED:.*]] = stablehlo.subtract %[[CL]], %{{.*}} : tensor<4x1xi32>
+// CHECK: stablehlo.compare GE, %[[SHIFTED]]
+// CHECK: stablehlo.compare LT, %[[SHIFTED]]
+// CHECK: %[[R:.*]] = "stablehlo.gather"(%[[T]], %{{[0-9]+}})
 // CHECK-SAME: slice_sizes = array<i64: 1, 4>
-// CHECK-SAME: (tensor<8x4xf32>, tensor<4x1xi32>) -> tensor<4x4xf32>
-// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 1, 2, 3]> : tensor<4xi32>
-// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[R]], {{.*}} sizes = [1, 4] : (tensor<4x4xf32>, tensor<i32>, tensor<i32>) -> tensor<1x4xf32>
+// CHECK-SAME: (tensor<2x4xf32>, tensor<4x1xi32>) -> tensor<4x4xf32>
+// CHECK: %[[M:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [0] : (tensor<4xi1>) -> tensor<4x4xi1>
+// CHECK: %[[P:.*]] = stablehlo.select %[[M]], %[[R]], %{{.*}} : tensor<4x4xi1>, tensor<4x4xf32>
+// CHECK: %[[MINE:.*]] = "stablehlo.reduce_scatter"(%[[P]])
+// CHECK-SAME: scatter_dimension = 0 : i64
+// CHECK: stablehlo.add
+// CHECK: }) : (tensor<4x4xf32>) -> tensor<1x4xf32>
 // CHECK-NEXT: sdy.return %[[MINE]] : tensor<1x4xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @gather(%a: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}, %i: tensor<4x1xi32>)
