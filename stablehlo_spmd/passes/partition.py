@@ -37,16 +37,16 @@ import dataclasses
 from typing import ClassVar
 
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd import diagnostics, op_rules
 from stablehlo_spmd.collectives import Emitter
 from stablehlo_spmd.errors import ShardingError
-from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import parse_module
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, SHARDING_TARGET, function_values, functions,
-    mesh_attr_text, module_mesh, read_hlo, sdy_sharding_text)
+    MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, SHARDING_TARGET, ShardedValue, function_values,
+    functions, mesh_attr_text, module_mesh, read_hlo, sdy_sharding_text)
 from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.reshard import plan, plan_cost
@@ -270,23 +270,24 @@ class _Partitioner:
         self.shardings[old] = sharding
 
     def _result_shardings(self, op: ir.Operation) -> list[Sharding]:
-        shapes = [_shape(r) for r in op.results]
+        """The shardings propagation gave `op`'s results (replicated where none).
+
+        A sharding that does not parse or fit is the user's error: reported at
+        the op, and the op carries on replicated so the rest is still checked.
+        """
+        shapes = [_shape(r) or () for r in op.results]
+        replicated = [Sharding.replicated(self.mesh, len(s)) for s in shapes]
         if MHLO_SHARDING not in op.attributes:
-            return [Sharding.replicated(self.mesh, len(s)) for s in shapes]
-        hlo = HloSharding.replicated()
+            return replicated
         try:
-            from stablehlo_spmd.module_shardings import _parse_cached
-            hlo = _parse_cached(ir.StringAttr(op.attributes[MHLO_SHARDING]).value)
-        except Exception:  # noqa: BLE001 - propagation wrote it; fall back to replicated
-            pass
-        elements = hlo.elements if hlo.kind == "tuple" else (hlo,) * len(shapes)
-        result = []
-        for element, shape in zip(elements, shapes):
-            try:
-                result.append(Sharding.from_hlo(element, self.mesh, len(shape)))
-            except ShardingError:
-                result.append(Sharding.replicated(self.mesh, len(shape)))
-        return result
+            parsed = read_hlo(ShardedValue("op", op, 0, None, op.location, op.results[0].type))
+            elements = parsed.elements if parsed.kind == "tuple" else (parsed,) * len(shapes)
+            return [fallback if element.kind == "unknown"
+                    else Sharding.from_hlo(element, self.mesh, len(shape))
+                    for element, shape, fallback in zip(elements, shapes, replicated)]
+        except ShardingError as error:
+            diagnostics.error(error.location or op.location, f"op '{op.name}': {error.message}")
+            return replicated
 
     def _settle(self, value: ir.Value, target: Sharding) -> None:
         """Give `value` the sharding propagation chose, where that is possible.
@@ -538,8 +539,6 @@ class _Partitioner:
         sharding with a per-device slice size.  Returns False (the caller
         runs it replicated) for any other shape of gather.
         """
-        from jaxlib.mlir.dialects import stablehlo as hlo
-
         rule = op_rules.rule_for(op)
         if rule is None or len(op.results) != 1:
             return False
@@ -625,7 +624,6 @@ class _Partitioner:
 
     def _index_component(self, indices: ir.Value, vector_dim: int, k: int) -> ir.Value:
         """Component k of every index vector, keeping a size-1 vector dim."""
-        from jaxlib.mlir.dialects import stablehlo as hlo
         shape = list(indices.type.shape)
         if vector_dim >= len(shape):
             return indices
@@ -719,20 +717,17 @@ def _local_type(value_type: ir.Type, sharding: Sharding) -> ir.Type:
 
 
 def _scalar(value: int, element_type: ir.Type) -> ir.Value:
-    from jaxlib.mlir.dialects import stablehlo as hlo
     return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
         ir.RankedTensorType.get([], element_type), ir.IntegerAttr.get(element_type, value))).result
 
 
 def _splat(value: int, tensor_type: ir.Type) -> ir.Value:
-    from jaxlib.mlir.dialects import stablehlo as hlo
     return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
         tensor_type, ir.IntegerAttr.get(tensor_type.element_type, value))).result
 
 
 def _clamp(value: ir.Value, low: int, high: int, element_type: ir.Type) -> ir.Value:
     """Clamp indices as gather itself would, before shifting them into a shard."""
-    from jaxlib.mlir.dialects import stablehlo as hlo
     return hlo.ClampOp(_scalar(low, element_type), value, _scalar(high, element_type)).result
 
 
