@@ -49,10 +49,8 @@ examples/transformer_rules.toml.  For each workload:
    ``_loaded``), so "exec o/x" compares the programs and "step o/x" adds the
    Python each call path costs.  These are tiny programs on a 2-core host:
    the figures are mostly dispatch and host-side collective overhead.
-5. Per-device memory: ``compiled.memory_analysis()`` for XLA.  Our
-   ``Executable`` has no public way to it, so ours reads "n/a"; what a public
-   ``Executable.memory_analysis()`` would return
-   (``self._loaded.get_compiled_memory_stats()``) is printed beside it.
+5. Per-device memory: ``Executable.memory_analysis()`` for ours,
+   ``compiled.memory_analysis()`` for XLA.
 6. Numerics: every output of ours is checked against XLA's (allclose, with
    the tolerances the tests use), so the comparison is between equal programs.
 
@@ -622,14 +620,10 @@ def print_report(rows: list[Row], repeat: int, unmatched: str) -> None:
         print(" | ".join(str(c).ljust(w) if i < 3 else str(c).rjust(w)
                          for i, (c, w) in enumerate(zip(r, widths))))
     print()
-    print("per-device memory (compiled memory analysis).  Ours: Executable has no public "
-          "memory_analysis(), so n/a;")
-    print("the figures after it come from its private PJRT executable "
-          "(_loaded.get_compiled_memory_stats()).")
+    print("per-device memory (compiled memory analysis: Executable.memory_analysis() for ours, "
+          "Compiled.memory_analysis() for XLA):")
     for row in rows:
-        private = ("" if row.ours_private_memory is None
-                   else f"  [private: {_memory(row.ours_private_memory)}]")
-        print(f"  {row.name:<20} ours: {_memory(row.ours_memory)}{private}")
+        print(f"  {row.name:<20} ours: {_memory(row.ours_memory)}")
         print(f"  {'':<20} XLA:  {_memory(row.xla_memory)}")
     print()
     print("numerics: every output of ours allclose to XLA's; max |ours - XLA|:")

@@ -528,6 +528,7 @@ class Executable:
         self.filename = filename
         self._donates = info.donates
         self._fast_outputs: bool | None = None  # decided on the first call
+        self._result_handlers = None
         self.jax_mesh = None
         if info.mesh is not None:
             mesh_devices = np.empty(info.mesh.size, dtype=object)
@@ -644,22 +645,28 @@ class Executable:
 
         placed = self.place(inputs)
         results = self._loaded.execute_sharded(placed)
+        if self._fast_outputs:
+            return results.consume_with_handlers(self._result_handlers)
         shards = results.disassemble_into_single_device_arrays()
         if self._fast_outputs is None:
             # The first call builds the outputs through jax's checked public
             # path and notes whether the executable hands back shards in each
-            # output sharding's own device order; later calls then skip the
-            # per-call checks (~75 us for a few outputs), as jax's jit does.
+            # output sharding's own device order; later calls then hand the
+            # results to jax's C++ result handlers, as jax's jit does.
             arrays = [jax.make_array_from_single_device_arrays(result.shape, sharding, pieces)
                       for result, sharding, pieces in zip(self.results, self.out_shardings,
                                                           shards)]
-            self._fast_outputs = _same_device_order(arrays, shards)
+            self._result_handlers = _result_handlers(self.results, self.out_shardings)
+            self._fast_outputs = (self._result_handlers is not None
+                                  and _same_device_order(arrays, shards))
             return arrays
-        if self._fast_outputs:
-            return [_array_unchecked(result, sharding, pieces)
-                    for result, sharding, pieces in zip(self.results, self.out_shardings, shards)]
         return [jax.make_array_from_single_device_arrays(result.shape, sharding, pieces)
                 for result, sharding, pieces in zip(self.results, self.out_shardings, shards)]
+
+    def memory_analysis(self):
+        """Per-device memory of the compiled program (argument, output, temp and
+        alias sizes in bytes), as `jax.stages.Compiled.memory_analysis` gives."""
+        return self._loaded.get_compiled_memory_stats()
 
     def compiled_text(self) -> str:
         """XLA's optimized HLO of the compiled program (e.g. to count collectives)."""
@@ -680,14 +687,20 @@ def _same_device_order(arrays, shards) -> bool:
         return False
 
 
-def _array_unchecked(result: "TensorInfo", sharding, pieces):
-    """A global array from shards known to be in `sharding`'s order (jax's own
-    jit output path; private, so only used once `_same_device_order` held)."""
-    import jax
-    from jax._src import array as jax_array
+def _result_handlers(results, shardings):
+    """jax's own C++ result handlers (what its jit uses to build outputs), or None.
 
-    aval = jax.core.ShapedArray(result.shape, result.dtype)
-    return jax_array.ArrayImpl(aval, sharding, list(pieces), committed=True, _skip_checks=True)
+    Private jax API: only used after `_same_device_order` confirmed the shard
+    order on the first call, and skipped entirely if it is missing.
+    """
+    import jax
+    try:
+        from jax._src import array as jax_array
+        return [jax_array._array_global_result_handler(
+                    jax.core.ShapedArray(result.shape, result.dtype), sharding, True)
+                for result, sharding in zip(results, shardings)]
+    except (ImportError, AttributeError, TypeError):
+        return None
 
 
 def _checked_value(value: Any, argument: TensorInfo, filename: str | None) -> Any:
