@@ -96,42 +96,9 @@ def _random(rng, *shape):
     return jnp.asarray(rng.standard_normal(shape), jnp.float32)
 
 
-def _mlp(params, x):
-    return jnp.tanh(x @ params["w1"]) @ params["w2"]
-
-
-def _attention(params, x):
-    b, s, d = x.shape
-    heads = 4
-
-    def split(t):
-        return t.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
-
-    q, k, v = (split(x @ params[name]) for name in ("wq", "wk", "wv"))
-    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(d // heads)
-    weights = jax.nn.softmax(scores, axis=-1)
-    out = jnp.einsum("bhqk,bhkd->bhqd", weights, v).transpose(0, 2, 1, 3).reshape(b, s, d)
-    return out @ params["wo"]
-
-
-def _fsdp_step(params, x, y):
-    def loss(p):
-        return jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"] - y) ** 2)
-
-    value, grads = jax.value_and_grad(loss)(params)
-    return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads), value
-
-
-def _uneven_elementwise(x, y):
-    return jnp.sin(x) * 2 + y
-
-
-def _uneven_reduce(x):
-    return jnp.sum(jnp.exp(x), axis=0)
-
-
-def _chain(u, v, w):
-    return (u @ v) @ w
+def _workload(name: str) -> Callable:
+    from stablehlo_spmd.export import load_object
+    return load_object(f"{ROOT / 'examples' / 'workloads.py'}:{name}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,23 +143,23 @@ def _workloads() -> list[Workload]:
         return _random(r, 64, 32), _random(r, 32, 64), _random(r, 64, 8)
 
     return [
-        Workload("megatron-mlp", lambda: (_mlp, mlp_args(1)), "data=4,model=2", [
+        Workload("megatron-mlp", lambda: (_workload('mlp'), mlp_args(1)), "data=4,model=2", [
             (r"w1", (None, "model")), (r"w2", ("model", None)), (r"^x$", ("data", None)),
             (r"^result$", ("data", None))]),
-        Workload("mlp-2d", lambda: (_mlp, mlp_args(2)), "data=4,model=2", [
+        Workload("mlp-2d", lambda: (_workload('mlp'), mlp_args(2)), "data=4,model=2", [
             (r"w1", ("data", "model")), (r"w2", ("model", "data")),
             (r"^x$", ("data", "model"))]),
-        Workload("attention", lambda: (_attention, attention_args()), "data=4,model=2", [
+        Workload("attention", lambda: (_workload('attention'), attention_args()), "data=4,model=2", [
             (r"w[qkv]'\]$", (None, "model")), (r"wo'\]$", ("model", None)),
             (r"^x$", ("data", None, None))], rtol=1e-4, atol=1e-4),
-        Workload("fsdp-step", lambda: (_fsdp_step, fsdp_args()), "data=8", [
+        Workload("fsdp-step", lambda: (_workload('sgd_step'), fsdp_args()), "data=8", [
             (r"w1'\]$", ("data", None)), (r"w2'\]$", ("data", None)),
             (r"^[xy]$", ("data", None))]),
-        Workload("uneven-elementwise", lambda: (_uneven_elementwise, uneven_args(2)), "x=4",
+        Workload("uneven-elementwise", lambda: (_workload('uneven_elementwise'), uneven_args(2)), "x=4",
                  [(r"", ("x", None))]),
-        Workload("uneven-reduce", lambda: (_uneven_reduce, uneven_args(1)), "x=4",
+        Workload("uneven-reduce", lambda: (_workload('uneven_reduce'), uneven_args(1)), "x=4",
                  [(r"^x$", ("x", None))]),
-        Workload("uvw", lambda: (_chain, uvw_args()), "x=4", [
+        Workload("uvw", lambda: (_workload('chain'), uvw_args()), "x=4", [
             (r"^u$", (None, "x")), (r"^v$", ("x", None)), (r"^w$", (None, None)),
             (r"^result$", (None, None))], rtol=1e-4, atol=1e-4),
         Workload("transformer-step", _transformer, None,

@@ -13,9 +13,9 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import stablehlo_spmd as ss
+from stablehlo_spmd.export import load_object
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
 
@@ -39,8 +39,11 @@ def _partition_and_compare(fn, args, mesh, rules, rtol=1e-5, atol=1e-5):
     return partitioned, counts
 
 
-def _mlp(params, x):
-    return jnp.tanh(x @ params["w1"]) @ params["w2"]
+def _workload(name):
+    return load_object(f"examples/workloads.py:{name}")
+
+
+_mlp = _workload("mlp")
 
 
 def test_megatron_mlp_needs_one_all_reduce():
@@ -59,55 +62,35 @@ def test_two_d_sharded_mlp():
 
 
 def test_attention_block():
-    def attention(params, x):
-        b, s, d = x.shape
-        heads = 4
-        def split(t):
-            return t.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
-        q, k, v = (split(x @ params[name]) for name in ("wq", "wk", "wv"))
-        scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(d // heads)
-        weights = jax.nn.softmax(scores, axis=-1)
-        out = jnp.einsum("bhqk,bhkd->bhqd", weights, v).transpose(0, 2, 1, 3).reshape(b, s, d)
-        return out @ params["wo"]
-
     args = ({"wq": _random(32, 32), "wk": _random(32, 32), "wv": _random(32, 32),
              "wo": _random(32, 32)}, _random(4, 8, 32))
-    _partition_and_compare(attention, args, "data=4,model=2", [
+    _partition_and_compare(_workload("attention"), args, "data=4,model=2", [
         (r"w[qkv]'\]$", (None, "model")), (r"wo'\]$", ("model", None)),
         (r"^x$", ("data", None, None))], rtol=1e-4, atol=1e-4)
 
 
 def test_fsdp_training_step():
-    def step(params, x, y):
-        def loss(p):
-            return jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"] - y) ** 2)
-        value, grads = jax.value_and_grad(loss)(params)
-        return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads), value
-
     args = ({"w1": _random(16, 32), "w2": _random(32, 8)}, _random(16, 16), _random(16, 8))
-    _partition_and_compare(step, args, "data=8", [
+    _partition_and_compare(_workload("sgd_step"), args, "data=8", [
         (r"w1'\]$", ("data", None)), (r"w2'\]$", ("data", None)), (r"^[xy]$", ("data", None))])
 
 
 def test_dimensions_not_divisible_by_the_mesh():
     args = (_random(10, 6), _random(10, 6))
-    _, counts = _partition_and_compare(lambda x, y: jnp.sin(x) * 2 + y, args, "x=4",
+    _, counts = _partition_and_compare(_workload("uneven_elementwise"), args, "x=4",
                                        [(r"", ("x", None))])
     assert sum(counts.values()) == 0  # padded shards, no data movement
 
 
 def test_uneven_reduction_is_masked_by_gathering():
     args = (_random(10, 6),)
-    _partition_and_compare(lambda x: jnp.sum(jnp.exp(x), axis=0), args, "x=4",
+    _partition_and_compare(_workload("uneven_reduce"), args, "x=4",
                            [(r"^x$", ("x", None))])
 
 
 def test_uvw_keeps_the_partial_to_the_final_product():
-    def chain(u, v, w):
-        return (u @ v) @ w
-
     args = (_random(64, 32), _random(32, 64), _random(64, 8))
-    partitioned, counts = _partition_and_compare(chain, args, "x=4", [
+    partitioned, counts = _partition_and_compare(_workload("chain"), args, "x=4", [
         (r"^u$", (None, "x")), (r"^v$", ("x", None)), (r"^w$", (None, None)),
         (r"^result$", (None, None))], rtol=1e-4, atol=1e-4)
     assert counts["all_reduce"] == 1 and sum(counts.values()) == 1
@@ -116,7 +99,6 @@ def test_uvw_keeps_the_partial_to_the_final_product():
 
 
 def test_transformer_training_step_data_by_model():
-    from stablehlo_spmd.export import load_object
     fn, args = load_object("examples/transformer.py:train_step_example")()
     text = ss.export(fn, *args)
     partitioned = ss.partition(text, rules="examples/transformer_rules.toml")

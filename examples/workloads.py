@@ -1,0 +1,50 @@
+"""Small JAX programs the partitioner is tested and benchmarked on.
+
+`tests/unit/test_partition_numerics.py` checks each against a single-device
+run; `benchmarks/compare_xla.py` measures each against XLA's partitioner.
+Both load them from here, so the two always talk about the same programs.
+"""
+
+import jax
+import jax.numpy as jnp
+
+
+def mlp(params, x):
+    """Two dense layers: Megatron's MLP when w1 is column- and w2 row-sharded."""
+    return jnp.tanh(x @ params["w1"]) @ params["w2"]
+
+
+def attention(params, x, heads: int = 4):
+    """One multi-head self-attention block with output projection."""
+    b, s, d = x.shape
+
+    def split(t):
+        return t.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
+
+    q, k, v = (split(x @ params[name]) for name in ("wq", "wk", "wv"))
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(d // heads)
+    weights = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bhqk,bhkd->bhqd", weights, v).transpose(0, 2, 1, 3).reshape(b, s, d)
+    return out @ params["wo"]
+
+
+def sgd_step(params, x, y, lr: float = 0.1):
+    """One SGD step of the MLP on a squared error: FSDP when params are split on data."""
+    def loss(p):
+        return jnp.mean((mlp(p, x) - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(params)
+    return jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads), value
+
+
+def uneven_elementwise(x, y):
+    return jnp.sin(x) * 2 + y
+
+
+def uneven_reduce(x):
+    return jnp.sum(jnp.exp(x), axis=0)
+
+
+def chain(u, v, w):
+    """(U@V)@W: a partial U@V that a dot with a full W keeps partial."""
+    return (u @ v) @ w
