@@ -48,3 +48,16 @@ def uneven_reduce(x):
 def chain(u, v, w):
     """(U@V)@W: a partial U@V that a dot with a full W keeps partial."""
     return (u @ v) @ w
+
+
+def cnn_step(params, x, y, lr: float = 0.1):
+    """One SGD step of a conv -> relu -> 2x2 max-pool -> dense net (NHWC)."""
+    def loss(p):
+        h = jax.lax.conv_general_dilated(x, p["kernel"], (1, 1), "SAME",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        h = jax.lax.reduce_window(jax.nn.relu(h), -jnp.inf, jax.lax.max,
+                                  (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        return jnp.mean((h.reshape(h.shape[0], -1) @ p["dense"] - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(params)
+    return jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads), value

@@ -260,7 +260,8 @@ class _Partitioner:
             if name == "stablehlo.gather" and self._emit_gather(op):
                 return
             rule = op_rules.rule_for(op)
-            if rule is not None and (name in _SIZE_FREE or rule.elementwise):
+            if rule is not None and (name in _SIZE_FREE or rule.elementwise
+                                     or _windowed_size_free(op)):
                 self._emit_by_rule(op, rule)
             else:
                 self._emit_replicated(op)
@@ -693,6 +694,18 @@ class _Partitioner:
 
     def _warn_limit(self) -> int:
         return self.warn_bytes
+
+
+def _windowed_size_free(op: ir.Operation) -> bool:
+    """Windowed ops whose attributes describe windows, not sizes: partitioned by
+    rule when nothing sharded is windowed (their window and permutation
+    factors never take axes, so only batch/feature-like dims can be split).
+    Grouped convolutions are left whole: a split feature dim would regroup them."""
+    if op.name == "stablehlo.convolution":
+        counts = [ir.IntegerAttr(op.attributes[n]).value
+                  for n in ("feature_group_count", "batch_group_count") if n in op.attributes]
+        return all(count == 1 for count in counts)
+    return op.name in ("stablehlo.reduce_window", "stablehlo.select_and_scatter")
 
 
 def _plan_cost(source: Sharding, target: Sharding, value: ir.Value) -> float:

@@ -152,3 +152,17 @@ def test_vocab_sharded_embedding_lookup_is_a_masked_local_gather():
         [(r"^t$", ("model", None)), (r"^i$", ("data", None))])
     assert counts["all_gather"] == 0  # the table never moves
     assert counts["all_reduce"] + counts["reduce_scatter"] >= 1
+
+
+def test_data_parallel_cnn_step_partitions_conv_and_pooling_per_device():
+    # Batch-sharded images: convolution, max-pool and its gradient
+    # (select_and_scatter) run on each device's images; only the weight
+    # gradients and the loss are summed.
+    args = ({"kernel": _random(3, 3, 3, 4), "dense": _random(64, 5)},
+            _random(8, 8, 8, 3), _random(8, 5))
+    partitioned, counts = _partition_and_compare(
+        _workload("cnn_step"), args, "data=8",
+        [(r"^x$", ("data", None, None, None)), (r"^y$", ("data", None))], rtol=1e-4, atol=1e-3)
+    assert counts["all_reduce"] >= 2
+    assert '"stablehlo.select_and_scatter"' in partitioned or "select_and_scatter" in partitioned
+    assert re.search(r"stablehlo.convolution.*tensor<1x8x8x3xf32>", partitioned)
