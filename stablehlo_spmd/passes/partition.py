@@ -259,6 +259,8 @@ class _Partitioner:
                 return
             if name == "stablehlo.gather" and self._emit_gather(op):
                 return
+            if name == "stablehlo.scatter" and self._emit_scatter(op):
+                return
             rule = op_rules.rule_for(op)
             if rule is not None and (name in _SIZE_FREE or rule.elementwise
                                      or _windowed_size_free(op)):
@@ -623,6 +625,75 @@ class _Partitioner:
         self._settle(op.results[0], wanted[0])
         return True
 
+    def _emit_scatter(self, op: ir.Operation) -> bool:
+        """A scatter-add into an operand sharded on indexed dims, with updates
+        split along their scatter dims: a local scatter-add per device.
+
+        Indices are shifted into the device's shard; an update whose index
+        falls outside it is out of bounds there, and scatter skips those (no
+        mask needed).  Updates split along their scatter dims leave partial
+        sums, so the operand is counted on one device of those axes only.
+        Returns False (the caller runs it replicated) for other scatters.
+        """
+        rule = op_rules.rule_for(op)
+        if rule is None or len(op.results) != 1 or rule.reduction != "sum" \
+                or rule.unreduced is UnreducedFlow.NONE:
+            return False
+        numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+        index_map = list(numbers.scattered_dims_to_operand_dims)
+        inserted = set(numbers.inserted_window_dims)
+        batching = set(numbers.input_batching_dims)
+        vector_dim = numbers.index_vector_dim
+        operand, indices, updates = op.operands
+        operand_shape, indices_shape = _shape(operand), _shape(indices)
+        wanted = self._result_shardings(op)
+        axes = self._factor_axes(op, rule, wanted, reduction_first=True)
+        required, produced = self._layouts(op, rule, axes, wanted)
+        operand_layout = required[0]
+        for dim, dim_axes in enumerate(operand_layout.dim_axes):
+            if dim_axes and (operand_shape[dim] % self.mesh.axes_size(dim_axes)
+                             or (dim in index_map and dim not in inserted and dim not in batching)):
+                return False
+        if vector_dim < len(indices_shape) and required[1].dim_axes[vector_dim]:
+            return False
+        local_operand = self._to(operand, operand_layout)
+        local_indices = self._to(indices, required[1])
+        local_updates = self._to(updates, required[2])
+        local_operand_shape = operand_layout.shard_shape(operand_shape)
+        element = local_indices.type.element_type
+        components, shifted = [], False
+        for k, dim in enumerate(index_map):
+            component = self._index_component(local_indices, vector_dim, k)
+            dim_axes = operand_layout.dim_axes[dim]
+            if dim_axes and dim not in batching:
+                offset = self.emitter.axis_index(dim_axes)
+                offset = hlo.ConvertOp(ir.RankedTensorType.get([], element), offset).result
+                offset = hlo.MulOp(offset, _scalar(local_operand_shape[dim], element)).result
+                component = hlo.SubtractOp(component, hlo.BroadcastInDimOp(
+                    component.type, offset, []).result).result
+                shifted = True
+            components.append(component)
+        partial_axes = tuple(a for f, kind in enumerate(rule.factor_kinds)
+                             if kind is FactorKind.REDUCTION for a in axes[f])
+        if not shifted and not partial_axes:
+            return False  # nothing split: the rule-free path is as good
+        if shifted:
+            local_indices = (hlo.ConcatenateOp(components, vector_dim).result
+                             if vector_dim < len(indices_shape) else components[0])
+        if partial_axes and not operand_layout.unreduced:
+            index = self.emitter.axis_index(partial_axes)
+            first = hlo.CompareOp(index, _zero_like_index(index),
+                                  hlo.ComparisonDirectionAttr.get("EQ")).result
+            zeros = _zeros(local_operand.type)
+            keep = hlo.BroadcastInDimOp(ir.RankedTensorType.get(
+                list(local_operand.type.shape), first.type.element_type), first, []).result
+            local_operand = hlo.SelectOp(keep, local_operand, zeros).result
+        result_type = _local_type(op.results[0].type, produced[0])
+        new_op = self._create(op, [local_operand, local_indices, local_updates], [result_type])
+        self._bind(op.results[0], new_op.results[0], produced[0])
+        self._settle(op.results[0], wanted[0])
+        return True
+
     def _index_component(self, indices: ir.Value, vector_dim: int, k: int) -> ir.Value:
         """Component k of every index vector, keeping a size-1 vector dim."""
         shape = list(indices.type.shape)
@@ -742,6 +813,19 @@ def _splat(value: int, tensor_type: ir.Type) -> ir.Value:
 def _clamp(value: ir.Value, low: int, high: int, element_type: ir.Type) -> ir.Value:
     """Clamp indices as gather itself would, before shifting them into a shard."""
     return hlo.ClampOp(_scalar(low, element_type), value, _scalar(high, element_type)).result
+
+
+def _zero_like_index(index: ir.Value) -> ir.Value:
+    """A scalar zero of the same type as a device index."""
+    return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+        index.type, ir.IntegerAttr.get(index.type.element_type, 0))).result
+
+
+def _zeros(tensor_type: ir.Type) -> ir.Value:
+    element = tensor_type.element_type
+    value = (ir.FloatAttr.get(element, 0.0) if isinstance(element, ir.FloatType)
+             else ir.IntegerAttr.get(element, 0))
+    return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(tensor_type, value)).result
 
 
 def _zero(element_type: ir.Type) -> str:

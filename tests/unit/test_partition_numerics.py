@@ -166,3 +166,19 @@ def test_data_parallel_cnn_step_partitions_conv_and_pooling_per_device():
     assert counts["all_reduce"] >= 2
     assert '"stablehlo.select_and_scatter"' in partitioned or "select_and_scatter" in partitioned
     assert re.search(r"stablehlo.convolution.*tensor<1x8x8x3xf32>", partitioned)
+
+
+def test_embedding_gradient_is_a_local_scatter_add():
+    # d/dtable of a lookup is a scatter-add of the row gradients into a
+    # vocab-sharded zeros table: each device adds the rows it holds, from its
+    # own batch shard, and the partial sums over the batch are reduced.
+    def grad_of_lookup(table, ids):
+        return jax.grad(lambda t: jnp.sum(jnp.tanh(jnp.take(t, ids, axis=0)) ** 2))(table)
+
+    table = _random(16, 8)
+    ids = jnp.asarray(np.random.default_rng(11).integers(0, 16, size=(4, 6)), jnp.int32)
+    partitioned, counts = _partition_and_compare(
+        grad_of_lookup, (table, ids), "data=2,model=4",
+        [(r"^table$", ("model", None)), (r"^ids$", ("data", None)), (r"^result$", ("model", None))])
+    assert counts["all_gather"] == 0  # neither the table nor the updates are gathered
+    assert "stablehlo.scatter" in partitioned
