@@ -64,6 +64,13 @@ class OpRule:
     linear_operands: tuple[int, ...] = ()
     reduction: str | None = None
     elementwise: bool = False
+    # The op's attributes name dimensions, never sizes, so the per-device op
+    # is the same op on per-device types (else it runs replicated unless the
+    # partitioner has a strategy for it).
+    keeps_attributes: bool = False
+    # Padding of an uneven, sharded REDUCTION factor can be overwritten with
+    # the reduction's neutral value before the local op reads it.
+    masks_padding: bool = False
 
     @property
     def num_factors(self) -> int:
@@ -94,11 +101,12 @@ class RuleBuilder:
 
     def build(self, unreduced: UnreducedFlow = UnreducedFlow.NONE,
               linear_operands: Iterable[int] = (), reduction: str | None = None,
-              elementwise: bool = False) -> OpRule:
+              elementwise: bool = False, keeps_attributes: bool = False,
+              masks_padding: bool = False) -> OpRule:
         freeze = lambda tensors: tuple(tuple(tuple(d) for d in t) for t in tensors)  # noqa: E731
         return OpRule(tuple(self._sizes), tuple(self._kinds), freeze(self._operands),
                       freeze(self._results), unreduced, tuple(linear_operands), reduction,
-                      elementwise)
+                      elementwise, keeps_attributes, masks_padding)
 
 
 # ------------------------------------------------------------------ registry
@@ -240,7 +248,7 @@ def elementwise_rule(op: ir.Operation, unreduced: UnreducedFlow = UnreducedFlow.
         builder.factor(size, FactorKind.PASS_THROUGH,
                        [dim if rank == len(shape) else None for rank in operand_ranks],
                        [dim] * len(op.results))
-    return builder.build(unreduced, linear_operands, elementwise=True)
+    return builder.build(unreduced, linear_operands, elementwise=True, keeps_attributes=True)
 
 
 def int_array(attr: ir.Attribute) -> list[int]:

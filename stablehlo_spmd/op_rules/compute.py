@@ -37,7 +37,8 @@ def _dot_general(op: ir.Operation):
             result_dim += 1
     for lhs_dim, rhs_dim in zip(lhs_contract, rhs_contract):
         builder.factor(lhs_shape[lhs_dim], FactorKind.REDUCTION, [lhs_dim, rhs_dim], [None])
-    return builder.build(UnreducedFlow.SEPARATE, (0, 1), reduction="sum")
+    return builder.build(UnreducedFlow.SEPARATE, (0, 1), reduction="sum",
+                         keeps_attributes=True, masks_padding=True)
 
 
 _COMBINERS = {"stablehlo.add": "sum", "stablehlo.maximum": "max", "stablehlo.minimum": "min"}
@@ -105,4 +106,5 @@ def _reduce(op: ir.Operation):
             result_dim += 1
     linear = kind == "sum" and is_zero_constant(op.operands[1])
     return builder.build(UnreducedFlow.JOINT if linear else UnreducedFlow.NONE,
-                         (0,) if linear else (), reduction=kind)
+                         (0,) if linear else (), reduction=kind,
+                         keeps_attributes=True, masks_padding=True)

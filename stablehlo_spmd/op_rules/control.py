@@ -25,7 +25,7 @@ def _barrier(op: ir.Operation):
             dims = [None] * len(shapes)
             dims[index] = dim
             builder.factor(size, FactorKind.PASS_THROUGH, dims, dims)
-    return builder.build(UnreducedFlow.JOINT, range(len(shapes)))
+    return builder.build(UnreducedFlow.JOINT, range(len(shapes)), keeps_attributes=True)
 
 
 @register("stablehlo.custom_call", "sdy.sharding_constraint")

@@ -183,7 +183,7 @@ def _sort(op: ir.Operation):
     builder = RuleBuilder([len(shape)] * count, [len(shape)] * count)
     for dim, size in enumerate(shape):
         builder.factor(size, NEED if dim == axis else PASS, [dim] * count, [dim] * count)
-    return builder.build()
+    return builder.build(keeps_attributes=True)
 
 
 @register("chlo.top_k")

@@ -30,7 +30,7 @@ def _broadcast_in_dim(op: ir.Operation):
             builder.factor(size, FactorKind.PASS_THROUGH, [None], [result_dim])
             if dim is not None:
                 builder.factor(1, FactorKind.NEED_REPLICATION, [dim], [None])
-    return builder.build(UnreducedFlow.JOINT, (0,))
+    return builder.build(UnreducedFlow.JOINT, (0,), keeps_attributes=True)
 
 
 @register("stablehlo.transpose")
@@ -41,7 +41,7 @@ def _transpose(op: ir.Operation):
     for result_dim, operand_dim in enumerate(permutation):
         builder.factor(result_shape[result_dim], FactorKind.PASS_THROUGH,
                        [operand_dim], [result_dim])
-    return builder.build(UnreducedFlow.JOINT, (0,))
+    return builder.build(UnreducedFlow.JOINT, (0,), keeps_attributes=True)
 
 
 def common_factorization(source: tuple[int, ...], target: tuple[int, ...]):
@@ -111,7 +111,7 @@ def _reshape(op: ir.Operation):
     sizes, kinds, source_dims, target_dims = common_factorization(
         shape_of(op.operands[0]), shape_of(op.results[0]))
     return OpRule(tuple(sizes), tuple(kinds), (tuple(source_dims),), (tuple(target_dims),),
-                  UnreducedFlow.JOINT, (0,))
+                  UnreducedFlow.JOINT, (0,), keeps_attributes=True)
 
 
 @register("stablehlo.constant", "stablehlo.iota", "stablehlo.rng_bit_generator", "stablehlo.rng")

@@ -163,7 +163,7 @@ def _reverse(op: ir.Operation):
         return None
     reversed_dims = set(int_array(op.attributes["dimensions"]))
     builder = _per_dim(op, shape, shape, lambda d: d in reversed_dims)
-    return builder.build(UnreducedFlow.JOINT, (0,))
+    return builder.build(UnreducedFlow.JOINT, (0,), keeps_attributes=True)
 
 
 def _slice_source(value: ir.Value) -> ir.Value:
@@ -213,7 +213,7 @@ def _concatenate(op: ir.Operation):
     for dim, size in enumerate(result_shape):
         builder.factor(size, axis_kind if dim == axis else PASS,
                        [dim] * len(operands), [dim])
-    return builder.build(UnreducedFlow.JOINT, range(len(operands)))
+    return builder.build(UnreducedFlow.JOINT, range(len(operands)), keeps_attributes=True)
 
 
 @register("stablehlo.dynamic_slice")
@@ -305,8 +305,8 @@ def _reduce_window(op: ir.Operation):
                        [dim] * count + [None] * count, [dim] * count)
     kind = reduction_kind(op) if count == 1 else None
     if kind == "sum" and is_zero_scalar(op.operands[1]):
-        return builder.build(UnreducedFlow.JOINT, (0,), reduction=kind)
-    return builder.build(reduction=kind)
+        return builder.build(UnreducedFlow.JOINT, (0,), reduction=kind, keeps_attributes=True)
+    return builder.build(reduction=kind, keeps_attributes=True)
 
 
 @register("stablehlo.select_and_scatter")
@@ -341,8 +341,8 @@ def _select_and_scatter(op: ir.Operation):
             builder.factor(size, PERM, [dim, None, None], [dim])
     kind = region_kind(op, 1)
     if kind == "sum" and is_zero_scalar(op.operands[2]):
-        return builder.build(UnreducedFlow.JOINT, (1,), reduction=kind)
-    return builder.build(reduction=kind)
+        return builder.build(UnreducedFlow.JOINT, (1,), reduction=kind, keeps_attributes=True)
+    return builder.build(reduction=kind, keeps_attributes=True)
 
 
 @register("stablehlo.convolution")
@@ -423,4 +423,7 @@ def _convolution(op: ir.Operation):
     out_per_group = out_shape[out_feature] // (batch_groups * feature_groups)
     if out_per_group > 1:
         builder.factor(out_per_group, PASS, [None, rhs_out], [out_feature])
-    return builder.build(UnreducedFlow.SEPARATE, (0, 1), reduction="sum")
+    # Grouped convolutions are kept whole by the partitioner: a split feature
+    # dim would regroup them, so their attributes do not carry over per device.
+    return builder.build(UnreducedFlow.SEPARATE, (0, 1), reduction="sum",
+                         keeps_attributes=feature_groups == 1 and batch_groups == 1)

@@ -21,8 +21,9 @@ Every op is partitioned by the same rule table propagation used:
   factors, is resharded to the result's own sharding: this is where the
   all-reduce or reduce-scatter a marked reshard asked for is emitted.
 
-Ops whose attributes hold sizes (slice, pad, gather, ...) and ops without a
-rule run replicated: operands gathered, the op on global shapes, results
+Ops whose rule does not say `keeps_attributes` (their attributes hold sizes:
+slice, pad, ...) and ops without a rule run replicated, except gathers and
+scatters from operands sharded on indexed dims, which have strategies here: operands gathered, the op on global shapes, results
 sliced to their sharding.  That is always correct; it is reported with a
 located warning when it replicates a tensor larger than `warn_bytes`.
 
@@ -52,19 +53,7 @@ from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.reshard import plan, plan_cost
 from stablehlo_spmd.sharding import Sharding
 
-# Ops whose attributes name dimensions, never sizes: re-created as they are
-# with per-device types.
-_SIZE_FREE = {
-    "stablehlo.broadcast_in_dim", "stablehlo.transpose", "stablehlo.reshape",
-    "stablehlo.dot_general", "stablehlo.reduce", "stablehlo.select", "stablehlo.clamp",
-    "stablehlo.compare", "stablehlo.convert", "stablehlo.bitcast_convert",
-    "stablehlo.optimization_barrier", "stablehlo.sort", "stablehlo.concatenate",
-    "stablehlo.reverse",
-}
 _MESH_NAME = "mesh"
-# Ops whose reduced dimensions may be split unevenly: their padding is masked
-# with the neutral value before the local op reads it.
-_MASKABLE = {"stablehlo.reduce", "stablehlo.dot_general"}
 
 
 @register_pass
@@ -262,8 +251,7 @@ class _Partitioner:
             if name == "stablehlo.scatter" and self._emit_scatter(op):
                 return
             rule = op_rules.rule_for(op)
-            if rule is not None and (name in _SIZE_FREE or rule.elementwise
-                                     or _windowed_size_free(op)):
+            if rule is not None and rule.keeps_attributes:
                 self._emit_by_rule(op, rule)
             else:
                 self._emit_replicated(op)
@@ -452,7 +440,7 @@ class _Partitioner:
             # compound (reshaped) dim would misplace it: those must divide.
             uneven = rule.factor_sizes[factor] % self.mesh.axes_size(axes[factor])
             if uneven and (factor in compound or (kind is FactorKind.REDUCTION
-                                                  and op.name not in _MASKABLE)):
+                                                  and not rule.masks_padding)):
                 keep = False
             if not keep or used & set(axes[factor]):
                 axes[factor] = ()
@@ -765,18 +753,6 @@ class _Partitioner:
 
     def _warn_limit(self) -> int:
         return self.warn_bytes
-
-
-def _windowed_size_free(op: ir.Operation) -> bool:
-    """Windowed ops whose attributes describe windows, not sizes: partitioned by
-    rule when nothing sharded is windowed (their window and permutation
-    factors never take axes, so only batch/feature-like dims can be split).
-    Grouped convolutions are left whole: a split feature dim would regroup them."""
-    if op.name == "stablehlo.convolution":
-        counts = [ir.IntegerAttr(op.attributes[n]).value
-                  for n in ("feature_group_count", "batch_group_count") if n in op.attributes]
-        return all(count == 1 for count in counts)
-    return op.name in ("stablehlo.reduce_window", "stablehlo.select_and_scatter")
 
 
 def _plan_cost(source: Sharding, target: Sharding, value: ir.Value) -> float:

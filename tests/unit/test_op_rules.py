@@ -996,3 +996,26 @@ def test_models_exercise_the_new_families(program):
         module = parse_module(text, f"{name}.mlir", ctx)
         names = {op.name for op in walk(module)}
     assert expected <= names
+
+
+def test_which_rules_keep_their_attributes_per_device():
+    # Attributes that name dimensions carry over to the per-device op; ones
+    # that hold sizes (slice's limits, a grouped conv's feature split) do not.
+    def rule(fn, *args, name):
+        return rule_of(lowered(fn, *args), name)
+
+    x = jnp.zeros((8, 16), jnp.float32)
+    assert rule(lambda a: a @ a.T, x, name="stablehlo.dot_general").keeps_attributes
+    assert rule(lambda a: a @ a.T, x, name="stablehlo.dot_general").masks_padding
+    assert rule(lambda a: jnp.sum(a, 0), x, name="stablehlo.reduce").masks_padding
+    assert rule(lambda a: jnp.tanh(a), x, name="stablehlo.tanh").keeps_attributes
+    assert not rule(lambda a: a[2:6], x, name="stablehlo.slice").keeps_attributes
+    assert not rule(lambda a: jnp.tanh(a), x, name="stablehlo.tanh").masks_padding
+    image = jnp.zeros((2, 6, 6, 4), jnp.float32)
+    def conv(groups):
+        return lambda a, k: jax.lax.conv_general_dilated(
+            a, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            feature_group_count=groups)
+    assert rule(conv(1), image, jnp.zeros((3, 3, 4, 4)), name="stablehlo.convolution").keeps_attributes
+    assert not rule(conv(4), image, jnp.zeros((3, 3, 1, 4)),
+                    name="stablehlo.convolution").keeps_attributes
