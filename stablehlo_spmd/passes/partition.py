@@ -327,6 +327,8 @@ class _Partitioner:
         _, axes, required, produced = min(candidates, key=lambda c: c[0])
         operands = []
         for index, (operand, dims, layout) in enumerate(zip(op.operands, rule.operands, required)):
+            if layout is not None:
+                self._warn_if_dims_gathered(op, rule, operand, dims, layout)
             local = self._to(operand, layout) if layout is not None else self.local[operand]
             operands.append(self._mask_uneven_reduction(op, rule, axes, index, dims, local))
         result_types = [_local_type(r.type, s) for r, s in zip(op.results, produced)]
@@ -334,6 +336,28 @@ class _Partitioner:
         for old, new, layout, target in zip(op.results, new_op.results, produced, wanted):
             self._bind(old, new, layout)
             self._settle(old, target)
+
+    def _warn_if_dims_gathered(self, op: ir.Operation, rule: OpRule, operand: ir.Value,
+                               dims, layout: Sharding) -> None:
+        """Say so, at the op, when it needs a sharded dimension whole (a sort's
+        dimension, a concatenation, ...) and gathering it moves more than
+        `warn_bytes`: the user asked for that dimension split."""
+        source = self.shardings.get(operand)
+        if source is None:
+            return
+        for dim, factors in enumerate(dims):
+            lost = [a for a in source.dim_axes[dim] if a not in layout.dim_axes[dim]]
+            whole = any(rule.factor_kinds[f] in (FactorKind.NEED_REPLICATION,
+                                                 FactorKind.PERMUTATION) for f in factors)
+            if not lost or not whole:
+                continue
+            size = _bytes(operand.type) / self.mesh.axes_size(
+                [a for axes in layout.dim_axes for a in axes])
+            if size > self.warn_bytes:
+                diagnostics.warning(ir.Location.current,
+                                    f"'{op.name}' needs dimension {dim} of its operand "
+                                    f"{operand.type} whole: gathering it over "
+                                    f"{', '.join(lost)} ({int(size)} bytes per device)")
 
     def _layouts(self, op: ir.Operation, rule: OpRule, axes, wanted):
         """Operand layouts the local op needs and result layouts it produces."""
@@ -762,6 +786,13 @@ def _plan_cost(source: Sharding, target: Sharding, value: ir.Value) -> float:
         return plan_cost(plan(source, target, tuple(value.type.shape), element_bytes))
     except ShardingError:
         return float("inf")
+
+
+def _bytes(tensor_type: ir.Type) -> int:
+    count = 1
+    for size in tensor_type.shape:
+        count *= size
+    return count * max(1, getattr(tensor_type.element_type, "width", 32) // 8)
 
 
 def _shape(value: ir.Value) -> tuple[int, ...] | None:

@@ -182,3 +182,10 @@ def test_embedding_gradient_is_a_local_scatter_add():
         [(r"^table$", ("model", None)), (r"^ids$", ("data", None)), (r"^result$", ("model", None))])
     assert counts["all_gather"] == 0  # neither the table nor the updates are gathered
     assert "stablehlo.scatter" in partitioned
+
+
+def test_sort_along_a_sharded_dimension_gathers_it():
+    args = (_random(8, 16),)
+    _, counts = _partition_and_compare(lambda x: jnp.sort(x, axis=1), args, "x=4",
+                                       [(r"^x$", (None, "x")), (r"^result$", (None, "x"))])
+    assert counts["all_gather"] == 1 or counts["all_to_all"] >= 1
