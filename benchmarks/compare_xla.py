@@ -142,6 +142,11 @@ def _workloads() -> list[Workload]:
         r = rng(6)
         return _random(r, 64, 32), _random(r, 32, 64), _random(r, 64, 8)
 
+    def moe_args():
+        r = rng(7)
+        return ({"gate": _random(r, 16, 8), "w_in": _random(r, 8, 16, 32),
+                 "w_out": _random(r, 8, 32, 16)}, _random(r, 8, 4, 16))
+
     return [
         Workload("megatron-mlp", lambda: (_workload('mlp'), mlp_args(1)), "data=4,model=2", [
             (r"w1", (None, "model")), (r"w2", ("model", None)), (r"^x$", ("data", None)),
@@ -162,6 +167,9 @@ def _workloads() -> list[Workload]:
         Workload("uvw", lambda: (_workload('chain'), uvw_args()), "x=4", [
             (r"^u$", (None, "x")), (r"^v$", ("x", None)), (r"^w$", (None, None)),
             (r"^result$", (None, None))], rtol=1e-4, atol=1e-4),
+        Workload("moe-layer", lambda: (_workload('moe_layer'), moe_args()), "expert=8", [
+            (r"w_(in|out)'\]$", ("expert", None, None)), (r"gate", (None, None)),
+            (r"^x$", ("expert", None, None))], rtol=1e-4, atol=1e-4),
         Workload("transformer-step", _transformer, None,
                  str(ROOT / "examples" / "transformer_rules.toml"), rtol=1e-4, atol=1e-5),
     ]

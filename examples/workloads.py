@@ -61,3 +61,17 @@ def cnn_step(params, x, y, lr: float = 0.1):
 
     value, grads = jax.value_and_grad(loss)(params)
     return jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads), value
+
+
+def moe_layer(params, x):
+    """A top-1 mixture-of-experts layer, GShard style (toy capacity: every token).
+
+    x is [groups, tokens, d]; the gate picks an expert per token, dispatch
+    and combine are one-hot einsums, and each expert is a 2-layer MLP.
+    """
+    probs = jax.nn.softmax(jnp.einsum("gtd,de->gte", x, params["gate"]), axis=-1)
+    dispatch = jax.nn.one_hot(jnp.argmax(probs, axis=-1), params["w_in"].shape[0], dtype=x.dtype)
+    expert_in = jnp.einsum("gte,gtd->egd", dispatch, x)
+    hidden = jax.nn.relu(jnp.einsum("egd,edf->egf", expert_in, params["w_in"]))
+    expert_out = jnp.einsum("egf,efd->egd", hidden, params["w_out"])
+    return jnp.einsum("gte,egd->gtd", dispatch * probs, expert_out)

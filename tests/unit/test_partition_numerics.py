@@ -189,3 +189,16 @@ def test_sort_along_a_sharded_dimension_gathers_it():
     _, counts = _partition_and_compare(lambda x: jnp.sort(x, axis=1), args, "x=4",
                                        [(r"^x$", (None, "x")), (r"^result$", (None, "x"))])
     assert counts["all_gather"] == 1 or counts["all_to_all"] >= 1
+
+
+def test_moe_layer_exchanges_tokens_with_all_to_all():
+    # Token groups split over the expert axis and experts split over it too:
+    # dispatch and combine move tokens to their experts and back by
+    # all-to-all (GShard), never gathering the experts' weights.
+    args = ({"gate": _random(16, 8), "w_in": _random(8, 16, 32), "w_out": _random(8, 32, 16)},
+            _random(8, 4, 16))
+    _, counts = _partition_and_compare(_workload("moe_layer"), args, "expert=8", [
+        (r"w_(in|out)'\]$", ("expert", None, None)), (r"gate", (None, None)),
+        (r"^x$", ("expert", None, None))], rtol=1e-4, atol=1e-4)
+    assert counts["all_to_all"] >= 2
+    assert counts["all_gather"] == 0
