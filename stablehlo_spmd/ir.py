@@ -226,7 +226,3 @@ def cached_attr(text: str, context: ir.Context | None = None) -> ir.Attribute:
     if attr is None:
         attr = per_context[text] = ir.Attribute.parse(text, context)
     return attr
-
-
-def string_attr(value: str, context: ir.Context | None = None) -> ir.Attribute:
-    return ir.StringAttr.get(value, context or ir.Context.current)

@@ -249,23 +249,6 @@ def _located(value: ShardedValue, message: str) -> ShardingError:
     return ShardingError(message, source_position(value.location))
 
 
-def sharding_constraints(module: ir.Operation) -> Iterator[ir.Operation]:
-    """``custom_call @Sharding`` ops anywhere in the module, in program order."""
-    found = []
-
-    def visit(op):
-        if op.name == "stablehlo.custom_call" and _call_target(op) == SHARDING_TARGET:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return iter(found)
-
-
-def _call_target(op: ir.Operation) -> str:
-    return ir.StringAttr(op.attributes["call_target_name"]).value
-
-
 def all_sharded_values(module: ir.Operation) -> Iterator[ShardedValue]:
     """Every function argument and result, then every op carrying an ``mhlo.sharding``."""
     for func in functions(module):

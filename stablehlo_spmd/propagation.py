@@ -55,7 +55,6 @@ class Node:
     operands: list[int]
     results: list[int]
     label: str               # op name, or "tie" for identities between tied values
-    position: str | None     # file:line:col of the op, for explanations
     is_broadcast: bool = False
     is_tie: bool = False
 
@@ -480,8 +479,7 @@ class Propagator:
                 lines.append(f"{describe(value)}: {sharding} from {origin.annotation}")
                 break
             node = self.nodes[origin.node]
-            where = f" at {node.position}" if node.position else ""
-            via = "tied to" if node.is_tie else f"through {node.label}{where} from"
+            via = "tied to" if node.is_tie else f"through {node.label} from"
             lines.append(f"{describe(value)}: {sharding} {via} {describe(origin.source)}")
             value = origin.source
         return lines

@@ -181,10 +181,6 @@ def has_rule(op_name: str) -> bool:
     return op_name in _RULES or op_name in _TIES
 
 
-def registered_ops() -> list[str]:
-    return sorted(set(_RULES) | set(_TIES))
-
-
 # ------------------------------------------------------------- shared bits
 
 def project_axes(axes, factors: tuple[int, ...], factor_sizes: tuple[int, ...],

@@ -228,7 +228,7 @@ class _Graph:
         if len(rule.operands) != len(operands) or len(rule.results) != len(results):
             self._replicate_unknown(op)
             return
-        self.nodes.append(Node(rule, operands, results, name, None,
+        self.nodes.append(Node(rule, operands, results, name,
                                is_broadcast=name == "stablehlo.broadcast_in_dim"))
         self.node_ops.append(op)
         if MHLO_SHARDING in op.attributes:
@@ -271,7 +271,7 @@ class _Graph:
         builder = RuleBuilder([len(shape)], [len(shape)])
         for dim, size in enumerate(shape):
             builder.factor(size, FactorKind.PASS_THROUGH, [dim], [dim])
-        self.nodes.append(Node(builder.build(UnreducedFlow.NONE), [a], [b], "tie", None,
+        self.nodes.append(Node(builder.build(UnreducedFlow.NONE), [a], [b], "tie",
                                is_tie=True))
         self.node_ops.append(op)
 
