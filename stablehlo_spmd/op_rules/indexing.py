@@ -193,7 +193,12 @@ def _top_k(op: ir.Operation):
     by the operand and both results, as Shardy has for ``mhlo.topk``.
 
     Shardy makes it pass-through when k equals n; here it always needs
-    replication, since top_k then sorts the whole dim.
+    replication, since top_k then sorts the whole dim.  That is what the
+    rule-driven path does; a last dim the operand already has sharded is
+    partitioned by `partitioning.sorting` (local top-k, candidates gathered,
+    a final top-k) when k fits in a shard.  ``k`` names a size, but of the
+    dim that is whole wherever the op runs by rule, so the attributes hold
+    per device.
     """
     shape = static_shape(op.operands[0])
     if shape is None or not shape:
@@ -202,4 +207,4 @@ def _top_k(op: ir.Operation):
     builder = RuleBuilder([len(shape)], [len(shape)] * len(op.results))
     for dim, size in enumerate(shape):
         builder.factor(size, NEED if dim == last else PASS, [dim], [dim] * len(op.results))
-    return builder.build()
+    return builder.build(keeps_attributes=True)

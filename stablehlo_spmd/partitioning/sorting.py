@@ -1,0 +1,131 @@
+"""Ordering ops along a sharded dimension: a distributed top-k.
+
+`chlo.top_k` (what `jax.lax.top_k` lowers to; another `axis` is a transpose
+around it) selects along its last dim, which the op rule marks
+NEED_REPLICATION: the rule-driven path would gather that dim whole.  When
+the operand's last dim is sharded and k fits in one shard, each device
+instead takes the top k of its own shard, the devices exchange only those k
+candidates (values and global indices), and a second top-k over the
+candidates picks the answer, which every device of those axes then holds.
+Other top-ks (last dim unsharded, or k larger than a shard) decline and run
+by rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo as hlo
+
+from stablehlo_spmd import op_rules
+from stablehlo_spmd.partitioning.partitioner import Partitioner, handles, shape_of
+from stablehlo_spmd.sharding import Sharding
+
+
+@handles("chlo.top_k")
+def emit_top_k(p: Partitioner, op: ir.Operation) -> bool:
+    """Local top-k per shard, all-gather of the k candidates, final top-k.
+
+    Why the answer is the single-device one: top-k orders by value, ties
+    going to the lower index.  Every element of the global top k is in its
+    own shard's top k, since a shard's order is the global one restricted to
+    it.  The candidates are gathered in device order, each device's in its
+    own order, so among equal values a candidate's position follows its
+    global index and the final top-k breaks ties as the global one would.
+    Padding of an uneven shard is set to the lowest value there is and sits
+    after every real element of its shard, so it never displaces one.
+    """
+    rule = op_rules.rule_for(op)
+    operand = op.operands[0]
+    shape = shape_of(operand)
+    source = p.shardings.get(operand)
+    if rule is None or not shape or source is None:
+        return False
+    last = len(shape) - 1
+    axes = source.dim_axes[last]
+    if not axes:
+        return False
+    shards = p.mesh.axes_size(axes)
+    n, k = shape[last], shape_of(op.results[0])[last]
+    shard_size = -(-n // shards)
+    if k > shard_size:
+        return False  # a shard has fewer than k candidates: gather the dim (by rule)
+    if lowest_literal(operand.type.element_type) is None:
+        return False
+
+    # Batch dims as the rule would run them, minus the axes the last dim uses.
+    wanted = p.result_shardings(op)
+    factor_axes = p.factor_axes(op, rule, wanted)
+    batch = [tuple(a for a in p.layout(rule.operands[0], factor_axes).dim_axes[d] if a not in axes)
+             for d in range(last)]
+    layout = Sharding(p.mesh, (*batch, axes))
+    local = p.to(operand, layout)
+    if n % shards:
+        local = p.emitter.mask_padding(local, last, axes, n, lowest(operand.type.element_type))
+
+    local_shape = list(local.type.shape)
+    values_type = ir.RankedTensorType.get(local_shape[:last] + [k], operand.type.element_type)
+    indices_element = ir.RankedTensorType(op.results[1].type).element_type
+    indices_type = ir.RankedTensorType.get(local_shape[:last] + [k], indices_element)
+    values, indices = p.create(op, [local], [values_type, indices_type]).results
+
+    # Local positions to global indices: add this shard's offset along the dim.
+    offset = p.emitter.axis_index(axes)
+    scalar_type = ir.RankedTensorType.get([], indices_element)
+    if offset.type != scalar_type:
+        offset = hlo.ConvertOp(scalar_type, offset).result
+    size = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+        scalar_type, ir.IntegerAttr.get(indices_element, shard_size))).result
+    offset = hlo.MulOp(offset, size).result
+    indices = hlo.AddOp(indices, hlo.BroadcastInDimOp(indices_type, offset, []).result).result
+
+    candidates = p.emitter.all_gather(values, last, axes)
+    candidate_indices = p.emitter.all_gather(indices, last, axes)
+    final = p.create(op, [candidates], [values_type, indices_type])
+    best, positions = final.results
+    chosen = take_along_last(candidate_indices, positions)
+
+    result_layout = dataclasses.replace(layout, dim_axes=(*batch, ()))
+    for old, new, target in zip(op.results, (best, chosen), wanted):
+        p.bind(old, new, result_layout)
+        p.settle(old, target)
+    return True
+
+
+def take_along_last(operand: ir.Value, positions: ir.Value) -> ir.Value:
+    """``operand[..., positions[..., j]]``: a gather along the last dim, the
+    other dims batching dims of both."""
+    rank = len(operand.type.shape)
+    batch = list(range(rank - 1))
+    numbers = hlo.GatherDimensionNumbers.get(
+        offset_dims=[], collapsed_slice_dims=[rank - 1], operand_batching_dims=batch,
+        start_indices_batching_dims=batch, start_index_map=[rank - 1], index_vector_dim=rank)
+    result_type = ir.RankedTensorType.get(list(positions.type.shape),
+                                          ir.RankedTensorType(operand.type).element_type)
+    return hlo.GatherOp(operand, positions, numbers, [1] * rank, indices_are_sorted=False,
+                        results=[result_type]).result
+
+
+def lowest_literal(element: ir.Type) -> str | None:
+    """The lowest value of `element` in top-k's order, as an MLIR literal.
+
+    Floats are ordered totally there (a NaN with the sign set is below -inf),
+    so the lowest float is the all-ones bit pattern; integers take their
+    minimum.  None for element types top-k is not given here.
+    """
+    if isinstance(element, ir.FloatType):
+        return "0x" + "F" * (element.width // 4)
+    if isinstance(element, ir.IntegerType):
+        if element.width == 1:
+            return None
+        if element.is_unsigned:
+            return "0"
+        return str(-(1 << (element.width - 1)))
+    return None
+
+
+def lowest(element: ir.Type) -> ir.Value:
+    """`lowest_literal` as a scalar constant."""
+    attr = ir.Attribute.parse(f"dense<{lowest_literal(element)}> : tensor<{element}>")
+    return hlo.ConstantOp(attr).result

@@ -1,0 +1,83 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate --spmd-partition | FileCheck %s
+
+// top_k along the sharded dim (16 split 4 ways, k = 2 <= 4 per shard): each
+// device takes the top 2 of its 4 columns, shifts their indices by its
+// offset (device index * 4), and only those 2 candidates per row (values
+// and indices, 8x2 each) are all-gathered; a final top_k over the 8
+// candidates picks the values, and a gather picks the indices at the
+// positions it chose.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<8x4xf32>) {
+// CHECK-NEXT: %[[V:.*]], %[[I:.*]] = chlo.top_k(%[[A]], k = 2) : tensor<8x4xf32> -> (tensor<8x2xf32>, tensor<8x2xi32>)
+// CHECK: %[[SHARD:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[OFF:.*]] = stablehlo.multiply %{{.*}}, %[[SHARD]] : tensor<i32>
+// CHECK-NEXT: %[[OFFS:.*]] = stablehlo.broadcast_in_dim %[[OFF]], dims = [] : (tensor<i32>) -> tensor<8x2xi32>
+// CHECK-NEXT: %[[GI:.*]] = stablehlo.add %[[I]], %[[OFFS]] : tensor<8x2xi32>
+// CHECK-NEXT: %[[CV:.*]] = "stablehlo.all_gather"(%[[V]])
+// CHECK-SAME: all_gather_dim = 1
+// CHECK-SAME: replica_groups = dense<{{\[\[}}0, 1, 2, 3]]>
+// CHECK-SAME: (tensor<8x2xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[CI:.*]] = "stablehlo.all_gather"(%[[GI]])
+// CHECK-SAME: (tensor<8x2xi32>) -> tensor<8x8xi32>
+// CHECK-NEXT: %[[FV:.*]], %[[POS:.*]] = chlo.top_k(%[[CV]], k = 2) : tensor<8x8xf32> -> (tensor<8x2xf32>, tensor<8x2xi32>)
+// CHECK-NEXT: %[[FI:.*]] = "stablehlo.gather"(%[[CI]], %[[POS]])
+// CHECK-SAME: collapsed_slice_dims = [1], operand_batching_dims = [0], start_indices_batching_dims = [0], start_index_map = [1], index_vector_dim = 2
+// CHECK-SAME: (tensor<8x8xi32>, tensor<8x2xi32>) -> tensor<8x2xi32>
+// CHECK-NEXT: sdy.return %[[FV]], %[[FI]] : tensor<8x2xf32>, tensor<8x2xi32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @top_k(%a: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"})
+      -> (tensor<8x2xf32> {mhlo.sharding = "{replicated}"}, tensor<8x2xi32> {mhlo.sharding = "{replicated}"}) {
+    %values, %indices = chlo.top_k(%a, k = 2) : tensor<8x16xf32> -> (tensor<8x2xf32>, tensor<8x2xi32>)
+    return %values, %indices : tensor<8x2xf32>, tensor<8x2xi32>
+  }
+}
+
+
+// -----
+
+// Uneven: 10 split 4 ways gives shards of 3, zero-padded to 12.  Before the
+// local top_k the padding (global position >= 10) is overwritten with the
+// lowest float in top_k's total order (the all-ones -NaN), so it loses to
+// every real element, -inf and -NaN included.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<8x3xf32>) {
+// CHECK: %[[LOW:.*]] = stablehlo.constant dense<0xFFFFFFFF> : tensor<f32>
+// CHECK: %[[LIMIT:.*]] = stablehlo.constant dense<10> : tensor<8x3xi32>
+// CHECK-NEXT: %[[POS:.*]] = stablehlo.add
+// CHECK-NEXT: %[[IN:.*]] = stablehlo.compare LT, %[[POS]], %[[LIMIT]]
+// CHECK-NEXT: %[[FILL:.*]] = stablehlo.broadcast_in_dim %[[LOW]], dims = [] : (tensor<f32>) -> tensor<8x3xf32>
+// CHECK-NEXT: %[[M:.*]] = stablehlo.select %[[IN]], %[[A]], %[[FILL]]
+// CHECK-NEXT: %[[V:.*]], %[[I:.*]] = chlo.top_k(%[[M]], k = 2) : tensor<8x3xf32> -> (tensor<8x2xf32>, tensor<8x2xi32>)
+// CHECK: "stablehlo.all_gather"(%[[V]])
+// CHECK-SAME: (tensor<8x2xf32>) -> tensor<8x8xf32>
+// CHECK: chlo.top_k(%{{.*}}, k = 2) : tensor<8x8xf32>
+
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @uneven(%a: tensor<8x10xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"})
+      -> (tensor<8x2xf32> {mhlo.sharding = "{replicated}"}, tensor<8x2xi32> {mhlo.sharding = "{replicated}"}) {
+    %values, %indices = chlo.top_k(%a, k = 2) : tensor<8x10xf32> -> (tensor<8x2xf32>, tensor<8x2xi32>)
+    return %values, %indices : tensor<8x2xf32>, tensor<8x2xi32>
+  }
+}
+
+// -----
+
+// k = 3 does not fit in a shard of 2: the dim is gathered whole and one
+// top_k runs on it (the rule-driven path).
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<8x2xf32>) {
+// CHECK-NEXT: %[[W:.*]] = "stablehlo.all_gather"(%[[A]])
+// CHECK-SAME: (tensor<8x2xf32>) -> tensor<8x16xf32>
+// CHECK-NEXT: %{{.*}}, %{{.*}} = chlo.top_k(%[[W]], k = 3) : tensor<8x16xf32> -> (tensor<8x3xf32>, tensor<8x3xi32>)
+// CHECK-NOT: chlo.top_k
+// CHECK: sdy.return
+module attributes {spmd.mesh = #sdy.mesh<["x"=8]>} {
+  func.func @k_over_shard(%a: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,8]<=[8]}"})
+      -> (tensor<8x3xf32> {mhlo.sharding = "{replicated}"}, tensor<8x3xi32> {mhlo.sharding = "{replicated}"}) {
+    %values, %indices = chlo.top_k(%a, k = 3) : tensor<8x16xf32> -> (tensor<8x3xf32>, tensor<8x3xi32>)
+    return %values, %indices : tensor<8x3xf32>, tensor<8x3xi32>
+  }
+}

@@ -1,0 +1,114 @@
+"""Top-k along a sharded dimension: local top-k, k candidates gathered, final top-k.
+
+Each case exports `jax.lax.top_k`, partitions it on 8 CPU devices and checks
+values and indices exactly against the single-device run; the partitioned
+text is checked for what crosses devices: k candidates per device, not the
+shard.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import stablehlo_spmd as ss
+
+_ALL_GATHER = re.compile(r'"stablehlo\.all_gather".* : \((tensor<[^>]*>)\) -> (tensor<[^>]*>)')
+
+
+def _top_k(k, axis=-1):
+    def top_k(x):
+        return jax.lax.top_k(x, k, axis=axis)
+    return top_k
+
+
+def _partition_and_compare(fn, x, mesh, spec):
+    text = ss.export(fn, x)
+    partitioned = ss.partition(text, mesh, [(r"^x$", spec)])
+    got = ss.run(partitioned, [x])
+    want = ss.run_single_device(text, [x])
+    assert len(got) == len(want) == 2
+    for name, g, w in zip(("values", "indices"), got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
+    return partitioned
+
+
+def _gathers(partitioned):
+    """(operand type, result type) of every all_gather in the text."""
+    return _ALL_GATHER.findall(partitioned)
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+def test_sharded_last_dim_gathers_only_k_candidates():
+    x = _rng(1).standard_normal((8, 64)).astype(np.float32)
+    partitioned = _partition_and_compare(_top_k(4), x, "x=8", (None, "x"))
+    # Values and indices, 4 of each per row and device, gathered to 8 * 4.
+    assert sorted(_gathers(partitioned)) == [("tensor<8x4xf32>", "tensor<8x32xf32>"),
+                                             ("tensor<8x4xi32>", "tensor<8x32xi32>")]
+    assert partitioned.count("chlo.top_k(") == 2
+    assert "all_reduce" not in partitioned
+
+
+def test_ties_break_towards_the_lower_global_index():
+    # Few distinct values, so most of the top k are ties spread over shards.
+    x = _rng(2).integers(0, 3, (6, 32)).astype(np.float32)
+    _partition_and_compare(_top_k(5), x, "x=4", (None, "x"))
+
+
+def test_uneven_shards_never_pick_the_padding():
+    # 10 split 4 ways: shards of 3, the last holding 1 real element and 2 of
+    # padding (zeros).  Most values are -inf, so unmasked padding would win.
+    x = np.full((4, 10), -np.inf, np.float32)
+    x[0, 9], x[1, 0], x[2, 4], x[3, 5] = 1.0, -2.0, 3.0, -4.0
+    partitioned = _partition_and_compare(_top_k(3), x, "x=4", (None, "x"))
+    assert sorted(_gathers(partitioned)) == [("tensor<4x3xf32>", "tensor<4x12xf32>"),
+                                             ("tensor<4x3xi32>", "tensor<4x12xi32>")]
+
+
+def test_uneven_integers_with_the_minimum_value_present():
+    # int32's minimum is the padding's filler too: ties with real elements
+    # must still go to the real (lower) index.
+    low = np.iinfo(np.int32).min
+    x = _rng(3).integers(-5, 5, (3, 13)).astype(np.int32)
+    x[:, 6:] = low
+    x[2, :] = low
+    _partition_and_compare(_top_k(3), jnp.asarray(x), "x=8", (None, "x"))
+
+
+def test_batch_and_last_dim_sharded():
+    x = _rng(4).standard_normal((6, 20)).astype(np.float32)
+    partitioned = _partition_and_compare(_top_k(5), x, "data=2,model=4", ("data", "model"))
+    # Rows stay split over data; the 5 candidates are gathered over model only.
+    assert sorted(_gathers(partitioned)) == [("tensor<3x5xf32>", "tensor<3x20xf32>"),
+                                             ("tensor<3x5xi32>", "tensor<3x20xi32>")]
+    assert "replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]>" in partitioned
+
+
+def test_three_d_operand_and_top_k_along_another_axis():
+    # lax.top_k(axis=0) is a transpose around chlo.top_k; the sharding follows it.
+    x = _rng(5).standard_normal((32, 2, 3)).astype(np.float32)
+    partitioned = _partition_and_compare(_top_k(2, axis=0), x, "x=8", ("x", None, None))
+    assert partitioned.count("chlo.top_k(") == 2
+    assert sorted(_gathers(partitioned)) == [("tensor<3x2x2xf32>", "tensor<3x2x16xf32>"),
+                                             ("tensor<3x2x2xi32>", "tensor<3x2x16xi32>")]
+
+
+def test_k_larger_than_a_shard_gathers_the_dim():
+    x = _rng(6).standard_normal((4, 16)).astype(np.float32)
+    partitioned = _partition_and_compare(_top_k(3), x, "x=8", (None, "x"))
+    # Shards of 2 cannot hold 3 candidates: the dim is gathered, one top_k runs.
+    assert partitioned.count("chlo.top_k(") == 1
+    assert _gathers(partitioned) == [("tensor<4x2xf32>", "tensor<4x16xf32>")]
+
+
+def test_batch_sharded_top_k_runs_locally():
+    # The rule keeps k per device: a top-k over an unsharded last dim runs on
+    # each device's rows, with nothing moved.
+    x = _rng(7).standard_normal((16, 12)).astype(np.float32)
+    partitioned = _partition_and_compare(_top_k(3), x, "x=8", ("x", None))
+    assert "chlo.top_k(%arg1, k = 3) : tensor<2x12xf32>" in partitioned
+    assert not _gathers(partitioned)
