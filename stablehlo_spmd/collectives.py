@@ -162,6 +162,185 @@ class Emitter:
         shape[dim] = size
         return stablehlo.DynamicSliceOp(value, starts, shape).result
 
+    # ------------------------------------------------------------ halos
+
+    @_placed
+    def shift(self, value: ir.Value, axes: Sequence[str], by: int) -> ir.Value:
+        """Send `value` from the device at coordinate q over `axes` to the one
+        at q + `by` (same coordinates elsewhere); devices nobody sends to get
+        zeros, as collective_permute defines it."""
+        pairs = [(group[q], group[q + by]) for group in replica_groups(self.mesh, axes)
+                 for q in range(len(group)) if 0 <= q + by < len(group)]
+        return self.collective_permute(value, pairs)
+
+    @_placed
+    def mirror(self, value: ir.Value, axes: Sequence[str]) -> ir.Value:
+        """Send `value` from coordinate q over `axes` to coordinate p-1-q."""
+        pairs = [(group[q], group[len(group) - 1 - q])
+                 for group in replica_groups(self.mesh, axes) for q in range(len(group))]
+        return self.collective_permute(value, pairs)
+
+    @_placed
+    def halo_window(self, value: ir.Value, dim: int, axes: Sequence[str], global_size: int,
+                    offset: int, length: int, step: int = 0,
+                    fill: ir.Value | None = None) -> ir.Value | None:
+        """A window of `length` elements along `dim` of a tensor split over `axes`.
+
+        `value` is this device's shard (s elements along `dim`, the last one
+        padded when uneven).  The device at coordinate q gets global
+        elements ``[q*s + offset + q*step, ... + length)``: its own shard,
+        shifted, with halos from its neighbours (one collective_permute each
+        way, of only the elements needed), and `fill` (a scalar, zero when
+        None) where the window leaves ``[0, global_size)``.  A constant
+        window (step 0) is cut with a static slice, others at a per-device
+        offset.  Returns None when some device's window reaches past its
+        neighbours' shards: the caller must reshard instead.
+        """
+        shape = _shape(value)
+        size = shape[dim]
+        count = self.mesh.axes_size(axes)
+        extent = halo_extent(size, count, offset, length, step)
+        if extent is None:
+            return None
+        left, right = extent
+        starts = [offset + q * step for q in range(count)]
+        needs_mask = any(q * size + start < 0 or q * size + start + length > global_size
+                         for q, start in enumerate(starts))
+        if _within_one_shard(size, offset, length, step):
+            # Another device's shard holds the whole window: one hop there.
+            value = self._edge(self.shift(value, axes, -(offset // size)), dim,
+                               offset % size, offset % size + length)
+            if needs_mask:
+                value = self._mask_outside(value, dim, axes, size, offset, global_size, fill)
+            return value
+        pieces = []
+        if left:
+            pieces.append(self.shift(self._edge(value, dim, size - left, size), axes, 1))
+        pieces.append(value)
+        if right:
+            pieces.append(self.shift(self._edge(value, dim, 0, right), axes, -1))
+        if len(pieces) > 1:
+            value = stablehlo.ConcatenateOp(pieces, dim).result
+        if step == 0:
+            value = self._edge(value, dim, left + offset, left + offset + length)
+        else:
+            moved = self._lookup(tuple(axes), step)
+            start = stablehlo.AddOp(moved, self._index_constant(left + offset, moved.type)).result
+            zero = self._index_constant(0, moved.type)
+            indices = [zero] * len(shape)
+            indices[dim] = start
+            sizes = _shape(value)
+            sizes[dim] = length
+            value = stablehlo.DynamicSliceOp(value, indices, sizes).result
+        if needs_mask:
+            value = self._mask_outside(value, dim, axes, size + step, offset, global_size, fill)
+        return value
+
+    @_placed
+    def halo_window_transpose(self, value: ir.Value, dim: int, axes: Sequence[str],
+                              shard_size: int, offset: int, step: int = 0) -> ir.Value:
+        """Sum what each device computed on its `halo_window` back onto the
+        shards that own those elements: the transpose of
+        ``halo_window(shard, dim, axes, _, offset, length, step)``, with
+        length `value`'s extent along `dim`."""
+        length = _shape(value)[dim]
+        count = self.mesh.axes_size(axes)
+        starts = [offset + q * step for q in range(count)]
+        left = max(0, -min(starts))
+        extent = left + max(shard_size, max(starts) + length)
+        if step or left + offset:
+            # Put each device's window where it sits in its padded
+            # neighbourhood [q*s - left, q*s + s + right).
+            shape = _shape(value)
+            shape[dim] = extent
+            element = _element_type(value)
+            zeros = stablehlo.BroadcastInDimOp(_like(value, shape), stablehlo.ConstantOp(
+                cached_attr(f"dense<{_zero_text(element)}> : tensor<{element}>",
+                            self.context)).result, []).result
+            start = self._lookup(tuple(axes), step)
+            start = stablehlo.AddOp(start, self._index_constant(left + offset, start.type)).result
+            indices = [self._index_constant(0, start.type)] * len(shape)
+            indices[dim] = start
+            value = stablehlo.DynamicUpdateSliceOp(zeros, value, indices).result
+        return self.halo_return(value, dim, axes, left, shard_size)
+
+    @_placed
+    def halo_return(self, value: ir.Value, dim: int, axes: Sequence[str], left: int,
+                    size: int) -> ir.Value:
+        """The transpose of a constant `halo_window`: `value` holds, along
+        `dim`, contributions to global elements ``[q*size - left, ...)``; each
+        device keeps the `size` of its own shard, adding what its neighbours
+        computed for them (one collective_permute each way)."""
+        if _shape(value)[dim] < left + size:
+            value = self.pad(value, dim, left + size)
+        extent = _shape(value)[dim]
+        right = extent - left - size
+        own = self._edge(value, dim, left, left + size)
+        if left:
+            # My leading part belongs to the tail of the previous shard.
+            arrived = self.shift(self._edge(value, dim, 0, left), axes, -1)
+            own = stablehlo.AddOp(own, self._place(arrived, dim, size - left, size)).result
+        if right:
+            arrived = self.shift(self._edge(value, dim, left + size, extent), axes, 1)
+            own = stablehlo.AddOp(own, self._place(arrived, dim, 0, size)).result
+        return own
+
+    def _edge(self, value: ir.Value, dim: int, start: int, limit: int) -> ir.Value:
+        """Elements [start, limit) of `dim` (the value itself when that is all of it)."""
+        shape = _shape(value)
+        if (start, limit) == (0, shape[dim]):
+            return value
+        starts, limits = [0] * len(shape), list(shape)
+        starts[dim], limits[dim] = start, limit
+        return stablehlo.SliceOp(value, starts, limits, [1] * len(shape)).result
+
+    def _place(self, value: ir.Value, dim: int, low: int, size: int) -> ir.Value:
+        """`value` zero-padded along `dim` to `size`, starting at `low`."""
+        shape = _shape(value)
+        lows, highs = [0] * len(shape), [0] * len(shape)
+        lows[dim], highs[dim] = low, size - low - shape[dim]
+        element = _element_type(value)
+        zero = stablehlo.ConstantOp(cached_attr(
+            f"dense<{_zero_text(element)}> : tensor<{element}>", self.context)).result
+        return stablehlo.PadOp(value, zero, lows, highs, [0] * len(shape)).result
+
+    def _mask_outside(self, value: ir.Value, dim: int, axes: Sequence[str], stride: int,
+                      offset: int, global_size: int, fill: ir.Value | None) -> ir.Value:
+        """Set to `fill` (zero when None) the elements outside `inside`'s range."""
+        inside = self.inside(_shape(value), dim, axes, stride, offset, 0, global_size)
+        if fill is None:
+            element = _element_type(value)
+            fill = stablehlo.ConstantOp(cached_attr(
+                f"dense<{_zero_text(element)}> : tensor<{element}>", self.context)).result
+        return stablehlo.SelectOp(inside, value,
+                                  stablehlo.BroadcastInDimOp(value.type, fill, []).result).result
+
+    @_placed
+    def inside(self, shape: Sequence[int], dim: int, axes: Sequence[str], stride: int,
+               offset: int, low: int, high: int) -> ir.Value:
+        """An i1 tensor of `shape`: whether ``q*stride + offset + i`` (i the index
+        along `dim`, q this device's coordinate over `axes`) is in [low, high)."""
+        i32 = ir.IntegerType.get_signless(32, self.context)
+        index_type = ir.RankedTensorType.get(list(shape), i32)
+        start = self._lookup(tuple(axes), stride)
+        if ir.RankedTensorType(start.type).element_type != i32:
+            start = stablehlo.ConvertOp(ir.RankedTensorType.get([], i32), start).result
+        start = stablehlo.AddOp(start, self._index_constant(offset, start.type)).result
+        positions = stablehlo.AddOp(stablehlo.IotaOp(index_type, dim).result,
+                                    stablehlo.BroadcastInDimOp(index_type, start, []).result).result
+
+        def compare(bound, direction):
+            limit = stablehlo.ConstantOp(cached_attr(f"dense<{bound}> : {index_type}",
+                                                     self.context)).result
+            return stablehlo.CompareOp(positions, limit,
+                                       stablehlo.ComparisonDirectionAttr.get(direction)).result
+
+        return stablehlo.AndOp(compare(low, "GE"), compare(high, "LT")).result
+
+    def _index_constant(self, value: int, scalar_type: ir.Type) -> ir.Value:
+        return stablehlo.ConstantOp(cached_attr(f"dense<{value}> : {scalar_type}",
+                                                self.context)).result
+
     # ------------------------------------------------------------ padding
 
     @_placed
@@ -288,6 +467,26 @@ class Emitter:
         entry = stablehlo.DynamicSliceOp(constant, [partition], [1]).result
         scalar = ir.RankedTensorType.get([], ir.IntegerType.get_signless(bits))
         return stablehlo.ReshapeOp(scalar, entry).result
+
+
+def halo_extent(shard_size: int, count: int, offset: int, length: int,
+                step: int = 0) -> tuple[int, int] | None:
+    """(left, right): the halo widths `Emitter.halo_window` exchanges for these
+    windows, or None when one would reach past a neighbour's shard."""
+    if _within_one_shard(shard_size, offset, length, step):
+        return 0, 0
+    starts = [offset + q * step for q in range(count)]
+    left = max(0, -min(starts))
+    right = max(0, max(starts) + length - shard_size)
+    if left > shard_size or right > shard_size:
+        return None
+    return left, right
+
+
+def _within_one_shard(shard_size: int, offset: int, length: int, step: int) -> bool:
+    """Whether every device's window lies inside one shard other than its own."""
+    start = offset % shard_size
+    return step == 0 and abs(offset) >= shard_size and start + length <= shard_size
 
 
 # ------------------------------------------------------------ types

@@ -7,7 +7,7 @@ SPMD partitioner has one visitor method per op kind.  Importing this package
 registers them all.
 """
 
-from stablehlo_spmd.partitioning import control, indexing, sorting  # noqa: F401  (registers handlers)
+from stablehlo_spmd.partitioning import control, indexing, sorting, windowed  # noqa: F401  (registers handlers)
 from stablehlo_spmd.partitioning.partitioner import HANDLERS, Partitioner
 
 __all__ = ["HANDLERS", "Partitioner"]

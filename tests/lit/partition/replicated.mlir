@@ -4,29 +4,33 @@
 // global shapes with its attributes unchanged, the result sliced to its
 // sharding.
 
-// slice of rows [2, 6) of a row-sharded [8,8] on 4 devices: gather the rows
-// (all_gather dim 0, 2x8 -> 8x8), slice the whole tensor ([2:6] -> 4x8),
-// keep row k of the 4 on device k (table [0, 1, 2, 3], 1x8).
+// pad with interior padding of a row-sharded [8,8] on 4 devices (no
+// window holds spread-out rows): gather the rows (all_gather dim 0,
+// 2x8 -> 8x8), pad the whole tensor (-> 15x8), keep rows [4k, 4k+4) of
+// the 16 (15 padded by one) on device k (table [0, 4, 8, 12]).
 
 // CHECK-LABEL: func.func public @main
 // CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK-NEXT: %[[ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[A]])
 // CHECK-SAME: all_gather_dim = 0 : i64
 // CHECK-SAME: replica_groups = dense<{{\[\[}}0, 1, 2, 3]]> : tensor<1x4xi64>
 // CHECK-SAME: (tensor<2x8xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[S:.*]] = stablehlo.slice %[[G]] [2:6, 0:8] : (tensor<8x8xf32>) -> tensor<4x8xf32>
-// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 1, 2, 3]> : tensor<4xi32>
+// CHECK-NEXT: %[[P:.*]] = stablehlo.pad %[[G]], %[[ZERO]], low = [0, 0], high = [0, 0], interior = [1, 0] : (tensor<8x8xf32>, tensor<f32>) -> tensor<15x8xf32>
+// CHECK: %[[WHOLE:.*]] = stablehlo.pad %[[P]], {{.*}} -> tensor<16x8xf32>
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 4, 8, 12]> : tensor<4xi32>
 // CHECK-NEXT: %[[PID:.*]] = stablehlo.partition_id : tensor<ui32>
 // CHECK-NEXT: %[[E:.*]] = stablehlo.dynamic_slice %[[TABLE]], %[[PID]], sizes = [1]
 // CHECK-NEXT: %[[OFF:.*]] = stablehlo.reshape %[[E]] : (tensor<1xi32>) -> tensor<i32>
 // CHECK-NEXT: %[[Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
-// CHECK-NEXT: %[[MINE:.*]] = stablehlo.dynamic_slice %[[S]], %[[OFF]], %[[Z]], sizes = [1, 8] : (tensor<4x8xf32>, tensor<i32>, tensor<i32>) -> tensor<1x8xf32>
-// CHECK-NEXT: sdy.return %[[MINE]] : tensor<1x8xf32>
+// CHECK-NEXT: %[[MINE:.*]] = stablehlo.dynamic_slice %[[WHOLE]], %[[OFF]], %[[Z]], sizes = [4, 8] : (tensor<16x8xf32>, tensor<i32>, tensor<i32>) -> tensor<4x8xf32>
+// CHECK-NEXT: sdy.return %[[MINE]] : tensor<4x8xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
-  func.func @slice(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
-      -> (tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
-    %0 = stablehlo.slice %a [2:6, 0:8] : (tensor<8x8xf32>) -> tensor<4x8xf32>
-    return %0 : tensor<4x8xf32>
+  func.func @pad(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<15x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %z = stablehlo.constant dense<0.0> : tensor<f32>
+    %0 = stablehlo.pad %a, %z, low = [0, 0], high = [0, 0], interior = [1, 0] : (tensor<8x8xf32>, tensor<f32>) -> tensor<15x8xf32>
+    return %0 : tensor<15x8xf32>
   }
 }
 
@@ -85,41 +89,6 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @opaque(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
       -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
     %0 = stablehlo.custom_call @my_kernel(%a) : (tensor<8x8xf32>) -> tensor<8x8xf32>
-    return %0 : tensor<8x8xf32>
-  }
-}
-
-// -----
-
-// stablehlo.if runs replicated too: the branches are partitioned inside (the
-// exp stays on the 2x8 block) and yield whole values (all_gather 2x8 ->
-// 8x8 in each branch, with its own channel); the if's 8x8 result is then
-// sliced to this device's rows (table [0, 2, 4, 6]).  The predicate is a
-// replicated scalar, so every device takes the same branch and the
-// collectives inside match up.
-
-// CHECK-LABEL: func.func public @main
-// CHECK: (%[[P:arg[0-9]+]]: tensor<i1>, %[[A:arg[0-9]+]]: tensor<2x8xf32>) {
-// CHECK-NEXT: %[[IF:.*]] = "stablehlo.if"(%[[P]]) ({
-// CHECK-NEXT: %[[E:.*]] = stablehlo.exponential %[[A]] : tensor<2x8xf32>
-// CHECK-NEXT: %[[G1:.*]] = "stablehlo.all_gather"(%[[E]]) {{.*}}handle = 1,{{.*}} : (tensor<2x8xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: stablehlo.return %[[G1]] : tensor<8x8xf32>
-// CHECK-NEXT: }, {
-// CHECK-NEXT: %[[G2:.*]] = "stablehlo.all_gather"(%[[A]]) {{.*}}handle = 2,{{.*}} : (tensor<2x8xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: stablehlo.return %[[G2]] : tensor<8x8xf32>
-// CHECK-NEXT: }) : (tensor<i1>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 2, 4, 6]> : tensor<4xi32>
-// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[IF]], {{.*}} sizes = [2, 8] : (tensor<8x8xf32>, tensor<i32>, tensor<i32>) -> tensor<2x8xf32>
-// CHECK-NEXT: sdy.return %[[MINE]] : tensor<2x8xf32>
-module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
-  func.func @conditional(%p: tensor<i1>, %a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
-      -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
-    %0 = "stablehlo.if"(%p) ({
-      %1 = stablehlo.exponential %a : tensor<8x8xf32>
-      stablehlo.return %1 : tensor<8x8xf32>
-    }, {
-      stablehlo.return %a : tensor<8x8xf32>
-    }) : (tensor<i1>) -> tensor<8x8xf32>
     return %0 : tensor<8x8xf32>
   }
 }

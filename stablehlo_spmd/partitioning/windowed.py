@@ -1,0 +1,495 @@
+"""Ops that move data along a sharded dimension, kept sharded by halo exchange.
+
+A slice, a pad, a concatenation, a reversal or a window (reduce_window,
+convolution, select_and_scatter) along a dimension split over mesh axes
+needs, on each device, a run of global elements that starts near its own
+shard: GSPMD's halo exchange.  Every such dimension is described as a
+window (`Emitter.halo_window`): the device at coordinate q needs
+``length`` elements from global index ``q*s + offset + q*step`` (s its shard
+size), which its own shard and one collective_permute from each neighbour
+provide; elements outside the tensor are the op's padding value.  The op
+then runs per device with that dimension's offsets and padding made local.
+
+The rule table says which dims these are (their PERMUTATION factors).  A
+handler gives those factors the mesh axes the op's result wants, checks
+that every window fits within the neighbours' shards (`halo_extent`), and
+otherwise leaves the dimension to the generic path (gathered whole).
+
+* slice: ``offset = start``, one strided local slice;
+* pad (no interior padding): ``offset = -low``, filled with the pad value;
+* concatenate: each operand windowed at ``offset = -its start``, merged by
+  position (the pipeline-parallel shift ``concat(new, state[:-1])`` is a
+  single collective_permute to the next stage);
+* reverse: each shard reversed in place and sent to its mirror device, then
+  shifted by the padding of an uneven dimension;
+* reduce_window / convolution: ``offset = -low padding``, ``length`` the
+  input that the device's windows read; the local op has no padding there;
+* select_and_scatter: the operand windowed as for pooling (padded with a
+  value the select never picks), the local scatter lands on the window, and
+  each device adds what its neighbours scattered into its shard
+  (`Emitter.halo_return`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo as hlo
+
+from stablehlo_spmd import op_rules
+from stablehlo_spmd.collectives import halo_extent
+from stablehlo_spmd.ir import cached_attr
+from stablehlo_spmd.op_rules import FactorKind, OpRule, int_array
+from stablehlo_spmd.op_rules.windowed import is_zero_scalar, optional_array, padding_pairs
+from stablehlo_spmd.partitioning.partitioner import (
+    Partitioner, handles, local_type, shape_of)
+from stablehlo_spmd.sharding import Sharding
+
+
+@dataclasses.dataclass(frozen=True)
+class Halo:
+    """Operand `operand`'s dim `dim` is read as windows (see `halo_window`)."""
+
+    operand: int
+    dim: int
+    offset: int
+    length: int
+    step: int = 0
+
+
+@dataclasses.dataclass
+class _Setup:
+    rule: OpRule
+    wanted: list[Sharding]
+    axes: list[tuple]
+    required: list[Sharding | None]
+    produced: list[Sharding]
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _setup(p: Partitioner, op: ir.Operation,
+           halos: Callable[[list[Sharding | None], list[Sharding]], list[Halo]],
+           forced: Callable[[OpRule, list[tuple]], None] | None = None,
+           always: bool = False,
+           windowed_kinds: tuple[FactorKind, ...] = (FactorKind.PERMUTATION,)) -> _Setup | None:
+    """Factor axes with the factors of `windowed_kinds` sharded as the result
+    wants, less those on operand dims whose windows do not fit.  None when
+    no window is left, unless `always` (the op has no generic path)."""
+    rule = op_rules.rule_for(op)
+    if rule is None or any(shape_of(r) is None for r in op.results):
+        return None
+    wanted = p.result_shardings(op)
+    axes = p.factor_axes(op, rule, wanted)
+    used = {a for factor_axes in axes for a in factor_axes}
+    for sharding, dims in zip(wanted, rule.results):
+        for dim, factors in enumerate(dims):
+            if len(factors) != 1 or rule.factor_kinds[factors[0]] not in windowed_kinds:
+                continue
+            factor, dim_axes = factors[0], sharding.dim_axes[dim]
+            if dim_axes and not axes[factor] and not used & set(dim_axes):
+                axes[factor] = dim_axes
+                used.update(dim_axes)
+    while True:
+        if forced is not None:
+            forced(rule, axes)
+        required, produced = p.layouts(op, rule, axes, wanted)
+        found = halos(required, produced)
+        misfits = [h for h in found if not _fits(p, op, required, h)]
+        if not misfits:
+            return _Setup(rule, wanted, axes, required, produced) if found or always else None
+        for halo in misfits:
+            for factor in rule.operands[halo.operand][halo.dim]:
+                axes[factor] = ()
+
+
+def _gathered(operand: int, dim: int) -> Halo:
+    """A dimension no window describes: it is left to the generic path."""
+    return Halo(operand, dim, 0, -1)
+
+
+def _fits(p: Partitioner, op: ir.Operation, required, halo: Halo) -> bool:
+    if halo.length < 0:
+        return False
+    layout = required[halo.operand]
+    dim_axes = layout.dim_axes[halo.dim]
+    if not dim_axes:
+        return True
+    size = shape_of(op.operands[halo.operand])[halo.dim]
+    count = p.mesh.axes_size(dim_axes)
+    return halo_extent(_ceil(size, count), count, halo.offset, halo.length, halo.step) is not None
+
+
+def _window(p: Partitioner, op: ir.Operation, setup: _Setup, local: ir.Value, halo: Halo,
+            fill: ir.Value | None = None) -> ir.Value:
+    dim_axes = setup.required[halo.operand].dim_axes[halo.dim]
+    size = shape_of(op.operands[halo.operand])[halo.dim]
+    window = p.emitter.halo_window(local, halo.dim, dim_axes, size, halo.offset, halo.length,
+                                   halo.step, fill)
+    assert window is not None, "checked by _fits"
+    return window
+
+
+def _sharded(layout: Sharding | None, dim: int) -> tuple:
+    return layout.dim_axes[dim] if layout is not None else ()
+
+
+def _shard(p: Partitioner, size: int, dim_axes: tuple) -> int:
+    return _ceil(size, p.mesh.axes_size(dim_axes))
+
+
+def _finish(p: Partitioner, op: ir.Operation, setup: _Setup, results) -> None:
+    for old, new, layout, target in zip(op.results, results, setup.produced, setup.wanted):
+        p.bind(old, new, layout)
+        p.settle(old, target)
+
+
+def _operands(p: Partitioner, op: ir.Operation, setup: _Setup) -> list[ir.Value]:
+    return [p.to(v, layout) if layout is not None else p.local[v]
+            for v, layout in zip(op.operands, setup.required)]
+
+
+def _array_attr(values) -> ir.Attribute:
+    return ir.DenseI64ArrayAttr.get(list(values))
+
+
+def _padding_attr(pairs) -> ir.Attribute | None:
+    """A window op's ``padding`` attribute: a rank x 2 tensor of (low, high)."""
+    if not pairs:
+        return None
+    rows = [list(pair) for pair in pairs]
+    return cached_attr(f"dense<{rows}> : tensor<{len(rows)}x2xi64>")
+
+
+def _strided_halo(p: Partitioner, operand: int, dim: int, dim_axes: tuple, size: int,
+                  out_size: int, offset: int, stride: int = 1, extent: int = 1) -> Halo:
+    """The input a device's share of `out_size` results reads along `dim`
+    when result j reads `extent` elements from ``offset + j*stride``."""
+    s_in, s_out = _shard(p, size, dim_axes), _shard(p, out_size, dim_axes)
+    return Halo(operand, dim, offset, (s_out - 1) * stride + extent, s_out * stride - s_in)
+
+
+# ------------------------------------------------------------ slice, pad
+
+@handles("stablehlo.slice")
+def emit_slice(p: Partitioner, op: ir.Operation):
+    n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
+    starts = int_array(op.attributes["start_indices"])
+    limits = int_array(op.attributes["limit_indices"])
+    strides = int_array(op.attributes["strides"])
+
+    def halos(required, produced):
+        found = []
+        for dim, dim_axes in enumerate(required[0].dim_axes):
+            if dim_axes and (n_in[dim], starts[dim], strides[dim]) != (m_out[dim], 0, 1):
+                found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim],
+                                           starts[dim], strides[dim]))
+        return found
+
+    setup = _setup(p, op, halos)
+    if setup is None:
+        return False
+    value = _operands(p, op, setup)[0]
+    for halo in halos(setup.required, setup.produced):
+        value = _window(p, op, setup, value, halo)
+    local_shape = shape_of(value)
+    new_starts, new_limits, new_strides = [], [], []
+    for dim in range(len(n_in)):
+        if _sharded(setup.required[0], dim):
+            new_starts.append(0)
+            new_limits.append(local_shape[dim])
+            new_strides.append(strides[dim] if n_in[dim] != m_out[dim] else 1)
+        else:
+            new_starts.append(starts[dim])
+            new_limits.append(limits[dim])
+            new_strides.append(strides[dim])
+    if (new_starts, new_limits, new_strides) != ([0] * len(n_in), list(local_shape),
+                                                [1] * len(n_in)):
+        value = hlo.SliceOp(value, new_starts, new_limits, new_strides).result
+    _finish(p, op, setup, [value])
+
+
+@handles("stablehlo.pad")
+def emit_pad(p: Partitioner, op: ir.Operation):
+    n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
+    low = int_array(op.attributes["edge_padding_low"])
+    high = int_array(op.attributes["edge_padding_high"])
+    interior = int_array(op.attributes["interior_padding"])
+
+    def halos(required, produced):
+        found = []
+        for dim, dim_axes in enumerate(required[0].dim_axes):
+            if dim_axes and (low[dim], high[dim], interior[dim]) != (0, 0, 0):
+                if interior[dim]:  # spreads elements: no window holds them
+                    found.append(_gathered(0, dim))
+                    continue
+                found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim], -low[dim]))
+        return found
+
+    setup = _setup(p, op, halos)
+    if setup is None:
+        return False
+    value, pad_value = _operands(p, op, setup)
+    for halo in halos(setup.required, setup.produced):
+        value = _window(p, op, setup, value, halo, pad_value)
+    rank = len(n_in)
+    keep = [not _sharded(setup.required[0], d) for d in range(rank)]
+    result = hlo.PadOp(value, pad_value, [low[d] if keep[d] else 0 for d in range(rank)],
+                       [high[d] if keep[d] else 0 for d in range(rank)],
+                       [interior[d] if keep[d] else 0 for d in range(rank)]).result
+    _finish(p, op, setup, [result])
+
+
+# ------------------------------------------------------- concatenate, reverse
+
+@handles("stablehlo.concatenate")
+def emit_concatenate(p: Partitioner, op: ir.Operation):
+    axis = ir.IntegerAttr(op.attributes["dimension"]).value
+    sizes = [shape_of(v)[axis] for v in op.operands]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    total = shape_of(op.results[0])[axis]
+
+    def halos(required, produced):
+        dim_axes = produced[0].dim_axes[axis]
+        if not dim_axes:
+            return []
+        s_out = _shard(p, total, dim_axes)
+        return [Halo(i, axis, -start, s_out, s_out - _shard(p, size, dim_axes))
+                for i, (start, size) in enumerate(zip(starts, sizes))]
+
+    # Shardy calls the axis of a concatenation of unrelated tensors
+    # NEED_REPLICATION (propagation does not shard through it); once a
+    # result is sharded there anyway, windows serve it as well as slices.
+    setup = _setup(p, op, halos, windowed_kinds=(FactorKind.PERMUTATION,
+                                                 FactorKind.NEED_REPLICATION))
+    if setup is None or not setup.produced[0].dim_axes[axis]:
+        return False
+    dim_axes = setup.produced[0].dim_axes[axis]
+    s_out = _shard(p, total, dim_axes)
+    merged = None
+    for halo, local, start, size in zip(halos(setup.required, setup.produced),
+                                        _operands(p, op, setup), starts, sizes):
+        window = _window(p, op, setup, local, halo)
+        if merged is None:
+            merged = window
+            continue
+        # Each result position comes from exactly one operand: pick it.
+        mine = p.emitter.inside(shape_of(window), axis, dim_axes, s_out, 0, start, start + size)
+        merged = hlo.SelectOp(mine, window, merged).result
+    _finish(p, op, setup, [merged])
+
+
+@handles("stablehlo.reverse")
+def emit_reverse(p: Partitioner, op: ir.Operation):
+    shape = shape_of(op.results[0])
+    dims = list(int_array(op.attributes["dimensions"]))
+
+    def halos(required, produced):
+        found = []
+        for dim in dims:
+            dim_axes = required[0].dim_axes[dim]
+            if dim_axes:
+                count = p.mesh.axes_size(dim_axes)
+                shard = _ceil(shape[dim], count)
+                found.append(Halo(0, dim, count * shard - shape[dim], shard))
+        return found
+
+    setup = _setup(p, op, halos)
+    if setup is None:
+        return False
+    value = hlo.ReverseOp(_operands(p, op, setup)[0], dims).result
+    for halo in halos(setup.required, setup.produced):
+        dim_axes = setup.required[0].dim_axes[halo.dim]
+        # Shard q reversed is shard p-1-q of the reversed, padded tensor; the
+        # padding now leads it, so the result starts `offset` elements in.
+        value = p.emitter.mirror(value, dim_axes)
+        if halo.offset:
+            padded = p.mesh.axes_size(dim_axes) * halo.length
+            value = p.emitter.halo_window(value, halo.dim, dim_axes, padded, halo.offset,
+                                          halo.length)
+    _finish(p, op, setup, [value])
+
+
+# ------------------------------------------------------------------ windows
+
+@handles("stablehlo.reduce_window")
+def emit_reduce_window(p: Partitioner, op: ir.Operation):
+    if len(op.results) != 1:
+        return False
+    n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
+    rank = len(n_in)
+    window = int_array(op.attributes["window_dimensions"])
+    strides = optional_array(op, "window_strides", rank, 1)
+    base = optional_array(op, "base_dilations", rank, 1)
+    dilation = optional_array(op, "window_dilations", rank, 1)
+    padding = padding_pairs(op, rank)
+
+    def halos(required, produced):
+        found = []
+        for dim, dim_axes in enumerate(required[0].dim_axes):
+            if not dim_axes:
+                continue
+            if base[dim] != 1:
+                found.append(_gathered(0, dim))
+                continue
+            extent = (window[dim] - 1) * dilation[dim] + 1
+            found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim],
+                                       -padding[dim][0], strides[dim], extent))
+        return found
+
+    setup = _setup(p, op, halos)
+    if setup is None:
+        return False
+    value, init = _operands(p, op, setup)
+    found = halos(setup.required, setup.produced)
+    for halo in found:
+        value = _window(p, op, setup, value, halo, init)
+    new_op = p.create(op, [value, init], [local_type(op.results[0].type, setup.produced[0])])
+    windowed = {h.dim for h in found}
+    attr = _padding_attr([(0, 0) if d in windowed else padding[d] for d in range(rank)])
+    if attr is not None:
+        new_op.attributes["padding"] = attr
+    _finish(p, op, setup, new_op.results)
+
+
+@handles("stablehlo.convolution")
+def emit_convolution(p: Partitioner, op: ir.Operation):
+    rule = op_rules.rule_for(op)
+    if rule is None or not rule.keeps_attributes:
+        return False
+    numbers = hlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    lhs_spatial = list(numbers.input_spatial_dimensions)
+    rhs_spatial = list(numbers.kernel_spatial_dimensions)
+    out_spatial = list(numbers.output_spatial_dimensions)
+    n_lhs, n_rhs, m_out = (shape_of(v) for v in (*op.operands[:2], op.results[0]))
+    spatial = len(lhs_spatial)
+    strides = optional_array(op, "window_strides", spatial, 1)
+    lhs_dilation = optional_array(op, "lhs_dilation", spatial, 1)
+    rhs_dilation = optional_array(op, "rhs_dilation", spatial, 1)
+    padding = padding_pairs(op, spatial)
+
+    def one_split_per_dim(rule, axes):
+        # An lhs spatial dim split both by windows and by the kernel's window
+        # has no single halo: keep the window whole there.
+        for lhs_dim, rhs_dim in zip(lhs_spatial, rhs_spatial):
+            if any(axes[f] for f in rule.operands[0][lhs_dim] if f not in rule.operands[1][rhs_dim]):
+                for factor in rule.operands[1][rhs_dim]:
+                    axes[factor] = ()
+
+    def halos(required, produced):
+        found = []
+        for i, (lhs_dim, rhs_dim, out_dim) in enumerate(zip(lhs_spatial, rhs_spatial,
+                                                           out_spatial)):
+            dim_axes = required[0].dim_axes[lhs_dim]
+            if not dim_axes:
+                continue
+            size, windows, kernel = n_lhs[lhs_dim], m_out[out_dim], n_rhs[rhs_dim]
+            if lhs_dilation[i] != 1:
+                found.append(_gathered(0, lhs_dim))
+            elif dim_axes == produced[0].dim_axes[out_dim]:
+                # Windows split: each device reads the input under its windows.
+                extent = (kernel - 1) * rhs_dilation[i] + 1
+                found.append(_strided_halo(p, 0, lhs_dim, dim_axes, size, windows,
+                                           -padding[i][0], strides[i], extent))
+            elif dim_axes == required[1].dim_axes[rhs_dim]:
+                # Kernel window split (a kernel gradient's "kernel" is the
+                # output gradient): each device reads the input under its part
+                # of every window and sums a partial result.
+                s_in, s_kernel = _shard(p, size, dim_axes), _shard(p, kernel, dim_axes)
+                found.append(Halo(0, lhs_dim, -padding[i][0],
+                                  (windows - 1) * strides[i] + (s_kernel - 1) * rhs_dilation[i] + 1,
+                                  s_kernel * rhs_dilation[i] - s_in))
+            else:
+                found.append(_gathered(0, lhs_dim))
+        return found
+
+    setup = _setup(p, op, halos, forced=one_split_per_dim, always=True)
+    if setup is None:
+        return False
+    lhs, rhs = _operands(p, op, setup)
+    found = halos(setup.required, setup.produced)
+    for halo in found:
+        lhs = _window(p, op, setup, lhs, halo)
+    for rhs_dim in rhs_spatial:
+        dim_axes = setup.required[1].dim_axes[rhs_dim]
+        if dim_axes and n_rhs[rhs_dim] % p.mesh.axes_size(dim_axes):
+            rhs = p.emitter.mask_padding(rhs, rhs_dim, dim_axes, n_rhs[rhs_dim])
+    new_op = p.create(op, [lhs, rhs], [local_type(op.results[0].type, setup.produced[0])])
+    windowed = {h.dim for h in found}
+    attr = _padding_attr([(0, 0) if lhs_spatial[i] in windowed else padding[i]
+                          for i in range(spatial)])
+    if attr is not None:
+        new_op.attributes["padding"] = attr
+    _finish(p, op, setup, new_op.results)
+
+
+@handles("stablehlo.select_and_scatter")
+def emit_select_and_scatter(p: Partitioner, op: ir.Operation):
+    n_in, m_src = shape_of(op.operands[0]), shape_of(op.operands[1])
+    rank = len(n_in)
+    window = optional_array(op, "window_dimensions", rank, 1)
+    strides = optional_array(op, "window_strides", rank, 1)
+    padding = padding_pairs(op, rank)
+    never_selected = _never_selected(op)
+    if never_selected is None or not is_zero_scalar(op.operands[2]):
+        return False
+
+    def source_follows_operand(rule, axes):
+        # The source's windows dim (a NEED_REPLICATION factor of its own)
+        # is split like the operand's: each device scatters its windows.
+        for dim in range(rank):
+            operand_factors, source_factors = rule.operands[0][dim], rule.operands[1][dim]
+            if len(operand_factors) == 1 and len(source_factors) == 1 \
+                    and operand_factors != source_factors:
+                axes[source_factors[0]] = axes[operand_factors[0]]
+
+    def halos(required, produced):
+        found = []
+        for dim, dim_axes in enumerate(required[0].dim_axes):
+            if dim_axes and (window[dim], strides[dim], padding[dim]) != (1, 1, (0, 0)):
+                found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_src[dim],
+                                           -padding[dim][0], strides[dim], window[dim]))
+        return found
+
+    setup = _setup(p, op, halos, forced=source_follows_operand)
+    if setup is None:
+        return False
+    operand, source, init = _operands(p, op, setup)
+    found = halos(setup.required, setup.produced)
+    element = ir.RankedTensorType(op.operands[0].type).element_type
+    fill = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+        ir.RankedTensorType.get([], element), ir.FloatAttr.get(element, never_selected))).result
+    for halo in found:
+        operand = _window(p, op, setup, operand, halo, fill)
+        dim_axes = setup.required[1].dim_axes[halo.dim]
+        # Windows past the source's end must scatter nothing.
+        source = p.emitter.mask_padding(source, halo.dim, dim_axes, m_src[halo.dim])
+    windowed_type = ir.RankedTensorType.get(shape_of(operand), element)
+    new_op = p.create(op, [operand, source, init], [windowed_type])
+    attr = _padding_attr([(0, 0) if any(h.dim == d for h in found) else padding[d]
+                          for d in range(rank)])
+    if attr is not None:
+        new_op.attributes["padding"] = attr
+    result = new_op.results[0]
+    for halo in found:
+        dim_axes = setup.required[0].dim_axes[halo.dim]
+        size = _shard(p, n_in[halo.dim], dim_axes)
+        result = p.emitter.halo_window_transpose(result, halo.dim, dim_axes, size,
+                                                 halo.offset, halo.step)
+    _finish(p, op, setup, [result])
+
+
+def _never_selected(op: ir.Operation) -> float | None:
+    """A padding value the select region never prefers to a real element."""
+    select = op.regions[0].blocks[0]
+    compare = next((o for o in select.operations if o.operation.name == "stablehlo.compare"), None)
+    if compare is None or not isinstance(
+            ir.RankedTensorType(op.operands[0].type).element_type, ir.FloatType):
+        return None
+    direction = hlo.ComparisonDirectionAttr(compare.attributes["comparison_direction"]).value
+    return {"GE": float("-inf"), "GT": float("-inf"),
+            "LE": float("inf"), "LT": float("inf")}.get(direction)

@@ -1,0 +1,147 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate --spmd-partition | FileCheck %s
+
+// Slices, shifts, pooling, convolution and reversal along a sharded
+// dimension keep it sharded: halos from the neighbours by collective_permute
+// (partitioning/windowed.py), never an all_gather.
+
+// slice rows [2, 6) of a row-sharded 8x8 on 4 devices (2 rows each, 1 row
+// of the result each): device q needs global row 2+q, which lies in its own
+// shard or a neighbour's.  It receives its left neighbour's last row and its
+// right neighbour's first row (one collective_permute each way, 1x8 each,
+// instead of gathering 8x8) and cuts its row from the 4-row window at
+// table[q] + 3 = 3 - q.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK-NEXT: %[[LAST:.*]] = stablehlo.slice %[[A]] [1:2, 0:8]
+// CHECK-NEXT: %[[FROM_LEFT:.*]] = "stablehlo.collective_permute"(%[[LAST]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 1], [1, 2], [2, 3]]>
+// CHECK-NEXT: %[[FIRST:.*]] = stablehlo.slice %[[A]] [0:1, 0:8]
+// CHECK-NEXT: %[[FROM_RIGHT:.*]] = "stablehlo.collective_permute"(%[[FIRST]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}1, 0], [2, 1], [3, 2]]>
+// CHECK-NEXT: %[[WINDOW:.*]] = stablehlo.concatenate %[[FROM_LEFT]], %[[A]], %[[FROM_RIGHT]], dim = 0 : {{.*}} -> tensor<4x8xf32>
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, -1, -2, -3]> : tensor<4xi32>
+// CHECK: %[[START:.*]] = stablehlo.add %{{.*}}, %{{.*}} : tensor<i32>
+// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[WINDOW]], %[[START]], %{{.*}}, sizes = [1, 8]
+// CHECK-NEXT: sdy.return %[[MINE]] : tensor<1x8xf32>
+// CHECK-NOT: all_gather
+
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @slice(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = stablehlo.slice %a [2:6, 0:8] : (tensor<8x8xf32>) -> tensor<4x8xf32>
+    return %0 : tensor<4x8xf32>
+  }
+}
+
+// -----
+
+// The pipeline shift: concatenate(fresh, state[0:3]) with the stage dim
+// sharded over 4 stages.  state[0:3] is each device's own row (no slice),
+// and the concatenation moves each stage's row to the next stage: one
+// collective_permute 0->1->2->3 of one 1x8 row, and device 0 takes the fresh
+// input instead (a select on the global row index).
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[STATE:arg[0-9]+]]: tensor<1x8xf32>, %[[FRESH:arg[0-9]+]]: tensor<1x8xf32>) {
+// CHECK-NOT: all_gather
+// CHECK: %[[FRESH_ROW:.*]] = stablehlo.select %{{.*}}, %{{.*}}, %{{.*}} : tensor<1x8xi1>, tensor<1x8xf32>
+// CHECK-NEXT: %[[SHIFTED:.*]] = "stablehlo.collective_permute"(%[[STATE]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 1], [1, 2], [2, 3]]>
+// CHECK-SAME: (tensor<1x8xf32>) -> tensor<1x8xf32>
+// CHECK: %[[MOVED:.*]] = stablehlo.select %{{.*}}, %[[SHIFTED]], %{{.*}}
+// CHECK: %[[MERGED:.*]] = stablehlo.select %{{.*}}, %[[MOVED]], %[[FRESH_ROW]]
+// CHECK-NEXT: sdy.return %[[MERGED]] : tensor<1x8xf32>
+// CHECK-NOT: all_gather
+
+module attributes {spmd.mesh = #sdy.mesh<["stage"=4]>} {
+  func.func @shift(%state: tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}, %fresh: tensor<1x8xf32>)
+      -> (tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = stablehlo.slice %state [0:3, 0:8] : (tensor<4x8xf32>) -> tensor<3x8xf32>
+    %1 = stablehlo.concatenate %fresh, %0, dim = 0 : (tensor<1x8xf32>, tensor<3x8xf32>) -> tensor<4x8xf32>
+    return %1 : tensor<4x8xf32>
+  }
+}
+
+// -----
+
+// Max pooling (window 3, stride 2, low padding 1) over rows sharded 4 ways
+// (4 rows in, 2 windows out per device): each device's windows read rows
+// [4q-1, 4q+4), so it receives one row from its left neighbour, masks the
+// rows outside [0, 16) with the init value (-inf), and pools locally with
+// no padding.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[X:arg[0-9]+]]: tensor<4x8xf32>) {
+// CHECK-NEXT: %[[INIT:.*]] = stablehlo.constant dense<0xFF800000> : tensor<f32>
+// CHECK-NEXT: %[[LAST:.*]] = stablehlo.slice %[[X]] [3:4, 0:8]
+// CHECK-NEXT: %[[HALO:.*]] = "stablehlo.collective_permute"(%[[LAST]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 1], [1, 2], [2, 3]]>
+// CHECK-NEXT: %[[WINDOW:.*]] = stablehlo.concatenate %[[HALO]], %[[X]], dim = 0 : {{.*}} -> tensor<5x8xf32>
+// CHECK: %[[FILL:.*]] = stablehlo.broadcast_in_dim %[[INIT]], dims = []
+// CHECK-NEXT: %[[MASKED:.*]] = stablehlo.select %{{.*}}, %[[WINDOW]], %[[FILL]]
+// CHECK-NEXT: %[[POOLED:.*]] = "stablehlo.reduce_window"(%[[MASKED]], %[[INIT]])
+// CHECK-SAME: padding = dense<0>
+// CHECK: sdy.return %[[POOLED]] : tensor<2x8xf32>
+// CHECK-NOT: all_gather
+
+module attributes {spmd.mesh = #sdy.mesh<["h"=4]>} {
+  func.func @pool(%x: tensor<16x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %init = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %0 = "stablehlo.reduce_window"(%x, %init) <{padding = dense<[[1, 0], [0, 0]]> : tensor<2x2xi64>, window_dimensions = array<i64: 3, 1>, window_strides = array<i64: 2, 1>}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %m = stablehlo.maximum %a, %b : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+    }) : (tensor<16x8xf32>, tensor<f32>) -> tensor<8x8xf32>
+    return %0 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// A 1-D convolution (kernel 3, SAME padding) over a spatial dim sharded 4
+// ways: one row of halo from each neighbour, zero outside the image, and a
+// local convolution without padding: 1x6x4 in, 1x4x2 out.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[X:arg[0-9]+]]: tensor<1x4x4xf32>, %[[W:arg[0-9]+]]: tensor<3x4x2xf32>) {
+// CHECK: %[[FROM_LEFT:.*]] = "stablehlo.collective_permute"
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 1], [1, 2], [2, 3]]>
+// CHECK: %[[FROM_RIGHT:.*]] = "stablehlo.collective_permute"
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}1, 0], [2, 1], [3, 2]]>
+// CHECK-NEXT: %[[WINDOW:.*]] = stablehlo.concatenate %[[FROM_LEFT]], %[[X]], %[[FROM_RIGHT]], dim = 1
+// CHECK: %[[MASKED:.*]] = stablehlo.select %{{.*}}, %[[WINDOW]], %{{.*}} : tensor<1x6x4xi1>, tensor<1x6x4xf32>
+// CHECK-NEXT: %[[Y:.*]] = stablehlo.convolution(%[[MASKED]], %[[W]])
+// CHECK-SAME: pad = {{\[\[}}0, 0]]
+// CHECK-SAME: -> tensor<1x4x2xf32>
+// CHECK-NEXT: sdy.return %[[Y]]
+// CHECK-NOT: all_gather
+
+module attributes {spmd.mesh = #sdy.mesh<["h"=4]>} {
+  func.func @conv(%x: tensor<1x16x4xf32> {mhlo.sharding = "{devices=[1,4,1]<=[4]}"}, %w: tensor<3x4x2xf32>)
+      -> (tensor<1x16x2xf32> {mhlo.sharding = "{devices=[1,4,1]<=[4]}"}) {
+    %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, 0, f]x[0, i, o]->[b, 0, f], window = {stride = [1], pad = [[1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<1x16x4xf32>, tensor<3x4x2xf32>) -> tensor<1x16x2xf32>
+    return %0 : tensor<1x16x2xf32>
+  }
+}
+
+// -----
+
+// Reversing a sharded dim: each device reverses its shard and sends it to
+// its mirror device (0<->3, 1<->2).
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x2xf32>) {
+// CHECK-NEXT: %[[R:.*]] = stablehlo.reverse %[[A]], dims = [0]
+// CHECK-NEXT: %[[M:.*]] = "stablehlo.collective_permute"(%[[R]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 3], [1, 2], [2, 1], [3, 0]]>
+// CHECK-NEXT: sdy.return %[[M]] : tensor<2x2xf32>
+
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @reverse(%a: tensor<8x2xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<8x2xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = stablehlo.reverse %a, dims = [0] : tensor<8x2xf32>
+    return %0 : tensor<8x2xf32>
+  }
+}
