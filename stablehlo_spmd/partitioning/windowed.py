@@ -190,7 +190,8 @@ def emit_slice(p: Partitioner, op: ir.Operation):
                                            starts[dim], strides[dim]))
         return found
 
-    setup = _setup(p, op, halos)
+    # Slices have no generic per-device form (their attributes hold sizes).
+    setup = _setup(p, op, halos, always=True)
     if setup is None:
         return False
     value = _operands(p, op, setup)[0]
@@ -230,7 +231,7 @@ def emit_pad(p: Partitioner, op: ir.Operation):
                 found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim], -low[dim]))
         return found
 
-    setup = _setup(p, op, halos)
+    setup = _setup(p, op, halos, always=True)  # as for slices
     if setup is None:
         return False
     value, pad_value = _operands(p, op, setup)

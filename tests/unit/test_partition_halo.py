@@ -1,0 +1,127 @@
+"""Spatial partitioning and pipeline shifts compute what one device computes.
+
+Convolutions, pooling (forward and backward), slices, pads, reversals and
+the pipeline-parallel shift along a sharded dimension are partitioned with
+halo exchanges (`stablehlo_spmd/partitioning/windowed.py`).  Each program
+runs on 8 CPU devices and is compared with the single-device run; where the
+collectives are known from the shapes, the partitioned text is checked for
+them: neighbours exchange rows (collective_permute) and nothing is gathered.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stablehlo_spmd as ss
+from stablehlo_spmd.export import load_object
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
+
+
+def _random(*shape, seed=[100]):
+    seed[0] += 1
+    return jnp.asarray(np.random.default_rng(seed[0]).standard_normal(shape), jnp.float32)
+
+
+def _compare(fn, args, mesh, rules, rtol=1e-5, atol=1e-5, want=None):
+    text = ss.export(fn, *args)
+    partitioned = ss.partition(text, mesh, rules)
+    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
+    got = ss.run(partitioned, leaves)
+    if want is None:
+        want = ss.run_single_device(text, leaves)
+    for index, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol,
+                                   err_msg=f"result #{index}")
+    counts = {kind: len(re.findall(rf'"?stablehlo\.{kind}"?\(', partitioned))
+              for kind in COLLECTIVES}
+    return partitioned, counts
+
+
+def _conv(x, kernel, strides=(1, 1), padding="SAME"):
+    return jax.lax.conv_general_dilated(x, kernel, strides, padding,
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def _max_pool(x, window=3, stride=2, padding="SAME"):
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, window, window, 1),
+                                 (1, stride, stride, 1), padding)
+
+
+SPATIAL = (None, "h", "w", None)
+
+
+@pytest.mark.parametrize("strides", [(1, 1), (2, 2)])
+def test_spatially_sharded_convolution_exchanges_halos_only(strides):
+    # 16x16 images split 4 ways on rows and 2 on columns: each device needs
+    # one row/column from each neighbour for a 3x3 SAME convolution.
+    args = (_random(2, 16, 16, 3), _random(3, 3, 3, 5))
+    _, counts = _compare(lambda x, k: _conv(x, k, strides), args, "h=4,w=2",
+                         [(r"^x$", SPATIAL), (r"^result$", SPATIAL)], rtol=1e-4, atol=1e-4)
+    assert counts["all_gather"] == 0 and counts["all_reduce"] == 0
+    assert 1 <= counts["collective_permute"] <= 4
+
+
+def test_spatial_cnn_training_step():
+    # conv -> relu -> 2x2 pool -> dense, with images split on rows and
+    # columns: the forward conv, the pool, its gradient and the input
+    # gradient conv exchange halos; the kernel gradient sums partials.
+    args = ({"kernel": _random(3, 3, 3, 4), "dense": _random(256, 5)},
+            _random(2, 16, 16, 3), _random(2, 5))
+    partitioned, counts = _compare(
+        load_object("examples/workloads.py:cnn_step"), args, "h=4,w=2",
+        [(r"^x$", SPATIAL)], rtol=1e-4, atol=1e-4)
+    assert counts["collective_permute"] >= 1
+    # The images are never gathered: every all_gather is smaller than one image batch.
+    for shape in re.findall(r'"stablehlo\.all_gather".*-> tensor<([0-9x]+)xf32>', partitioned):
+        assert np.prod([int(d) for d in shape.split("x")]) < 2 * 16 * 16 * 3
+
+
+def test_max_pool_forward_and_backward_on_sharded_rows():
+    # 3x3 windows at stride 2 with SAME padding: one row of halo forward;
+    # the gradient scatters into its window and returns the halo rows.
+    x = _random(2, 16, 16, 3)
+
+    def pool_and_grad(x):
+        return _max_pool(x), jax.grad(lambda x: jnp.sum(_max_pool(x) ** 2))(x)
+
+    _, counts = _compare(pool_and_grad, (x,), "h=4",
+                         [(r"^x$", (None, "h", None, None)),
+                          (r"^result", (None, "h", None, None))], rtol=1e-5, atol=1e-5)
+    assert counts["all_gather"] == 0 and counts["all_reduce"] == 0
+    assert counts["collective_permute"] >= 2
+
+
+@pytest.mark.parametrize("rows", [16, 14])
+def test_slice_pad_reverse_keep_the_dimension_sharded(rows):
+    # 14 rows over 4 devices is uneven (4, 4, 4, 2): padding must never leak.
+    def shapes(x):
+        return (x[2:rows - 2] * 2, jnp.pad(x, ((1, 2), (0, 0)), constant_values=3.0),
+                x[::-1] + 1, x[1::2])
+
+    _, counts = _compare(shapes, (_random(rows, 4),), "x=4",
+                         [(r"^x$", ("x", None)), (r"^result", ("x", None))])
+    assert counts["all_gather"] == 0
+    assert counts["collective_permute"] >= 3
+
+
+def test_four_stage_pipeline_over_six_microbatches():
+    # Stage weights and the state buffer split over 4 stages; each step's
+    # shift is one collective_permute of one microbatch between neighbours.
+    params, inputs = load_object("examples/pipeline.py:example_args")()
+    assert params["weights"].shape[0] == 4 and inputs.shape[0] == 6
+    sequential = load_object("examples/pipeline.py:sequential")
+    want = [np.asarray(sequential(params, inputs))]
+    partitioned, counts = _compare(
+        load_object("examples/pipeline.py:pipeline"), (params, inputs), "stage=4",
+        [(r"weights'\]$", ("stage", None, None)), (r"bias'\]$", ("stage", None))],
+        rtol=1e-5, atol=1e-5, want=want)
+    microbatch = "1x8x32xf32"
+    permutes = re.findall(r'"stablehlo\.collective_permute".*-> tensor<([0-9a-z]+)>', partitioned)
+    assert microbatch in permutes
+    # The state buffer (4 microbatches) is never gathered whole in the loop.
+    assert "all_gather" not in partitioned or not re.search(
+        r'"stablehlo\.all_gather".*\(tensor<4x8x32xf32>\)', partitioned)
