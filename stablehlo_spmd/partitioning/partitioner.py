@@ -476,17 +476,18 @@ class Partitioner:
         return new_op
 
     def _clone_region(self, parent: ir.Operation, old_region, new_region) -> None:
-        """Bodies of reduce/sort/scatter (scalars) and of while (carries)."""
-        carries = self.result_shardings(parent) if parent.name == "stablehlo.while" else None
+        """Bodies of reduce/sort/scatter (scalars), of while (carries) and of
+        if/case branches (which yield the op's results)."""
+        arg_shardings, yield_shardings = self._region_shardings(parent, old_region)
         for old_block in old_region.blocks:
-            arg_types, arg_shardings = [], []
+            arg_types, block_shardings = [], []
             for index, argument in enumerate(old_block.arguments):
-                sharding = carries[index] if carries else Sharding.replicated(
+                sharding = arg_shardings[index] if arg_shardings else Sharding.replicated(
                     self.mesh, len(shape_of(argument) or ()))
-                arg_shardings.append(sharding)
+                block_shardings.append(sharding)
                 arg_types.append(local_type(argument.type, sharding))
             new_block = new_region.blocks.append(*arg_types)
-            for old, new, sharding in zip(old_block.arguments, new_block.arguments, arg_shardings):
+            for old, new, sharding in zip(old_block.arguments, new_block.arguments, block_shardings):
                 self.bind(old, new, sharding)
             with ir.InsertionPoint(new_block):
                 operations = list(old_block.operations)
@@ -494,14 +495,31 @@ class Partitioner:
                     self.emit(inner.operation)
                 terminator = operations[-1].operation
                 with terminator.location:
-                    if carries and parent.name == "stablehlo.while" and \
-                            old_region == parent.regions[1]:
-                        operands = [self.to(v, s) for v, s in zip(terminator.operands, carries)]
+                    if yield_shardings:
+                        operands = [self.to(v, s) if shape_of(v) else self.local[v]
+                                    for v, s in zip(terminator.operands, yield_shardings)]
                     else:
                         operands = [self.to(v, Sharding.replicated(self.mesh, len(shape_of(v) or ())))
                                     if shape_of(v) else self.local[v] for v in terminator.operands]
                     ir.Operation.create(terminator.name, operands=operands)
 
+    def _region_shardings(self, parent: ir.Operation, region):
+        """(block argument shardings, yielded value shardings) of one of
+        `parent`'s regions; None for either means replicated.
+
+        A while's carries are both arguments of its regions and what its body
+        yields.  An if/case branch yields the op's results as full values
+        (every branch must hand back the same thing, and one branch's partial
+        sum is not another's); the results are settled to any partial
+        sharding propagation gave them after the op.
+        """
+        if parent.name == "stablehlo.while":
+            carries = self.result_shardings(parent)
+            return carries, (carries if region == parent.regions[1] else None)
+        if parent.name in ("stablehlo.if", "stablehlo.case"):
+            return None, [dataclasses.replace(s, unreduced=(), reduction="sum")
+                          for s in self.result_shardings(parent)]
+        return None, None
 
     # ------------------------------------------------- created and fallback
 

@@ -1,20 +1,22 @@
 // RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate --spmd-partition | FileCheck %s
 
-// A func.call to a private function is partitioned by emitting the
-// callee's body at the call site (once per call), on per-device values:
-// propagation gave @helper's signature the row sharding of its caller, so
-// both calls run on the 2x8 block with no collective.  Neither the calls
-// nor @helper remain.
+// A func.call to a private function stays a call: the callee is partitioned
+// once into a per-device private function (one per distinct signature of
+// argument and result shardings) that every call site with that signature
+// calls from inside the manual body.  Propagation gave @helper's signature
+// the row sharding of its caller, so both calls run on the 2x8 block with
+// no collective, and there is one @helper, on 2x8.
 
 // CHECK-LABEL: func.func public @main
 // CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
-// CHECK-NEXT: %[[E1:.*]] = stablehlo.exponential %[[A]] : tensor<2x8xf32>
-// CHECK-NEXT: %[[S1:.*]] = stablehlo.add %[[E1]], %[[A]] : tensor<2x8xf32>
-// CHECK-NEXT: %[[E2:.*]] = stablehlo.exponential %[[S1]] : tensor<2x8xf32>
-// CHECK-NEXT: %[[S2:.*]] = stablehlo.add %[[E2]], %[[S1]] : tensor<2x8xf32>
-// CHECK-NEXT: sdy.return %[[S2]] : tensor<2x8xf32>
-// CHECK-NOT: call
-// CHECK-NOT: @helper
+// CHECK-NEXT: %[[C1:.*]] = func.call @helper(%[[A]]) : (tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[C2:.*]] = func.call @helper(%[[C1]]) : (tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: sdy.return %[[C2]] : tensor<2x8xf32>
+// CHECK: func.func private @helper(%[[X:arg[0-9]+]]: tensor<2x8xf32>) -> tensor<2x8xf32> {
+// CHECK-NEXT: %[[E:.*]] = stablehlo.exponential %[[X]] : tensor<2x8xf32>
+// CHECK-NEXT: %[[S:.*]] = stablehlo.add %[[E]], %[[X]] : tensor<2x8xf32>
+// CHECK-NEXT: return %[[S]] : tensor<2x8xf32>
+// CHECK-NOT: func.func
 // CHECK-LABEL: // -----
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @caller(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
@@ -35,16 +37,19 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 // One callee, two call sites with differently sharded operands: propagation
 // gives the callee one signature (here rows), so the second site's
 // column-sharded operand is resharded to rows (all_to_all, 8x2 -> 2x8)
-// before its copy of the body.  The first site needs nothing, and both
-// results come back row-sharded, as the callee's result is.
+// before its call.  The first site needs nothing, both call the one @h,
+// and both results come back row-sharded, as the callee's result is.
 
 // CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>, %[[B:arg[0-9]+]]: tensor<8x2xf32>) {
-// CHECK-NEXT: %[[E1:.*]] = stablehlo.exponential %[[A]] : tensor<2x8xf32>
+// CHECK-NEXT: %[[E1:.*]] = func.call @h(%[[A]]) : (tensor<2x8xf32>) -> tensor<2x8xf32>
 // CHECK-NEXT: %[[BT:.*]] = "stablehlo.all_to_all"(%[[B]])
 // CHECK-SAME: concat_dimension = 1 : i64, {{.*}}split_count = 4 : i64, split_dimension = 0 : i64
 // CHECK-SAME: (tensor<8x2xf32>) -> tensor<2x8xf32>
-// CHECK-NEXT: %[[E2:.*]] = stablehlo.exponential %[[BT]] : tensor<2x8xf32>
+// CHECK-NEXT: %[[E2:.*]] = func.call @h(%[[BT]]) : (tensor<2x8xf32>) -> tensor<2x8xf32>
 // CHECK-NEXT: sdy.return %[[E1]], %[[E2]] : tensor<2x8xf32>, tensor<2x8xf32>
+// CHECK: func.func private @h(%{{.*}}: tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NOT: func.func
+// CHECK-LABEL: // -----
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @two_sites(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
                        %b: tensor<8x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"})
@@ -63,14 +68,17 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 
 // A partial value passed to a callee is summed before the call (a function
 // boundary carries full values): 8x4 times 4x8 leaves an 8x8 partial, one
-// all_reduce, then the inlined negate on the full 8x8.
+// all_reduce, then the call of @neg on the full 8x8.
 
 // CHECK: (%[[U:arg[0-9]+]]: tensor<8x4xf32>, %[[V:arg[0-9]+]]: tensor<4x8xf32>) {
 // CHECK-NEXT: %[[P:.*]] = stablehlo.dot_general %[[U]], %[[V]], {{.*}} -> tensor<8x8xf32>
 // CHECK-NEXT: %[[S:.*]] = "stablehlo.all_reduce"(%[[P]])
 // CHECK: }) : (tensor<8x8xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[N:.*]] = stablehlo.negate %[[S]] : tensor<8x8xf32>
+// CHECK-NEXT: %[[N:.*]] = func.call @neg(%[[S]]) : (tensor<8x8xf32>) -> tensor<8x8xf32>
 // CHECK-NEXT: sdy.return %[[N]] : tensor<8x8xf32>
+// CHECK: func.func private @neg(%[[X:arg[0-9]+]]: tensor<8x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[NEG:.*]] = stablehlo.negate %[[X]] : tensor<8x8xf32>
+// CHECK-NEXT: return %[[NEG]] : tensor<8x8xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @partial_argument(%u: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"},
                               %v: tensor<16x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})

@@ -8,7 +8,8 @@
 // [16,32] split 2-way on dim 1 -> 16x16, the replicated bias stays 32.  The
 // product [8,32] is [data, model]: 4x16 per device, no collective (the
 // contraction is not sharded).  The bias comes back as the block argument.
-// The private helper is emitted at its call site and no longer exists.
+// The private helper is partitioned into a per-device function (4x16) that
+// the body calls.
 
 // CHECK: module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: sdy.mesh @mesh = <["data"=2, "model"=2]>
@@ -24,10 +25,14 @@
 // CHECK-SAME: manual_axes={"data", "model"}
 // CHECK-SAME: (%[[X:arg[0-9]+]]: tensor<4x16xf32>, %[[W:arg[0-9]+]]: tensor<16x16xf32>, %[[B:arg[0-9]+]]: tensor<32xf32>) {
 // CHECK-NEXT: %[[D:.*]] = stablehlo.dot_general %[[X]], %[[W]], contracting_dims = [1] x [0] : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
-// CHECK-NEXT: %[[T:.*]] = stablehlo.tanh %[[D]] : tensor<4x16xf32>
+// CHECK-NEXT: %[[T:.*]] = func.call @act(%[[D]]) : (tensor<4x16xf32>) -> tensor<4x16xf32>
 // CHECK-NEXT: sdy.return %[[T]], %[[B]] : tensor<4x16xf32>, tensor<32xf32>
 // CHECK-NEXT: } : (tensor<8x16xf32>, tensor<16x32xf32>, tensor<32xf32>) -> (tensor<8x32xf32>, tensor<32xf32>)
 // CHECK-NEXT: return %[[OUT]]#0, %[[OUT]]#1 : tensor<8x32xf32>, tensor<32xf32>
+// CHECK-NEXT: }
+// CHECK-NEXT: func.func private @act(%[[H:arg[0-9]+]]: tensor<4x16xf32>) -> tensor<4x16xf32> {
+// CHECK-NEXT: %[[TH:.*]] = stablehlo.tanh %[[H]] : tensor<4x16xf32>
+// CHECK-NEXT: return %[[TH]] : tensor<4x16xf32>
 // CHECK-NEXT: }
 // CHECK-NEXT: }
 // CHECK-NOT: func.func
