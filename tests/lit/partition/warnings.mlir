@@ -2,14 +2,16 @@
 
 // An op that runs replicated gathers its sharded operands in full; that is
 // reported at the op when the operand is at least warn-bytes large.  Here
-// 8x8 f32 = 256 bytes, at the limit: warned.
+// 8x8 f32 = 256 bytes, at the limit: warned.  (Interior padding spreads
+// rows apart, which no halo exchange serves.)
 
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
-  func.func @slice(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
-      -> (tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
-    // expected-warning@+1 {{'stablehlo.slice' has no partitioned form: its operand tensor<8x8xf32> (256 bytes, sharded ('x', None)) is gathered in full}}
-    %0 = stablehlo.slice %a [2:6, 0:8] : (tensor<8x8xf32>) -> tensor<4x8xf32>
-    return %0 : tensor<4x8xf32>
+  func.func @pad(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<15x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %z = stablehlo.constant dense<0.0> : tensor<f32>
+    // expected-warning@+1 {{'stablehlo.pad' has no partitioned form: its operand tensor<8x8xf32> (256 bytes, sharded ('x', None)) is gathered in full}}
+    %0 = stablehlo.pad %a, %z, low = [0, 0], high = [0, 0], interior = [1, 0] : (tensor<8x8xf32>, tensor<f32>) -> tensor<15x8xf32>
+    return %0 : tensor<15x8xf32>
   }
 }
 
@@ -21,9 +23,10 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @small(%a: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
                    %b: tensor<8x8xf32> {mhlo.sharding = "{replicated}"})
-      -> (tensor<4x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}, tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
-    %0 = stablehlo.slice %a [2:6, 0:4] : (tensor<8x4xf32>) -> tensor<4x4xf32>
-    %1 = stablehlo.slice %b [2:6, 0:8] : (tensor<8x8xf32>) -> tensor<4x8xf32>
-    return %0, %1 : tensor<4x4xf32>, tensor<4x8xf32>
+      -> (tensor<15x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}, tensor<15x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %z = stablehlo.constant dense<0.0> : tensor<f32>
+    %0 = stablehlo.pad %a, %z, low = [0, 0], high = [0, 0], interior = [1, 0] : (tensor<8x4xf32>, tensor<f32>) -> tensor<15x4xf32>
+    %1 = stablehlo.pad %b, %z, low = [0, 0], high = [0, 0], interior = [1, 0] : (tensor<8x8xf32>, tensor<f32>) -> tensor<15x8xf32>
+    return %0, %1 : tensor<15x4xf32>, tensor<15x8xf32>
   }
 }
