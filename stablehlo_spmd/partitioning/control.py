@@ -178,7 +178,7 @@ def emit_dynamic_slice(p: Partitioner, op: ir.Operation) -> bool | None:
     axes = p.factor_axes(op, rule, wanted)
     required, produced = p.layouts(op, rule, axes, wanted)
     operand = op.operands[0]
-    p._warn_if_dims_gathered(op, rule, operand, rule.operands[0], required[0])
+    p.warn_if_dims_gathered(op, rule, operand, rule.operands[0], required[0])
     local_operand = p.to(operand, required[0])
     indices = [p.to(v, layout) for v, layout in zip(op.operands[1:], required[1:])]
     result_type = local_type(op.results[0].type, produced[0])
@@ -206,7 +206,7 @@ def emit_dynamic_update_slice(p: Partitioner, op: ir.Operation) -> bool | None:
                 axes[factor] = ()
     required, produced = p.layouts(op, rule, axes, wanted)
     for value, dims, layout in zip((operand, update), rule.operands, required):
-        p._warn_if_dims_gathered(op, rule, value, dims, layout)
+        p.warn_if_dims_gathered(op, rule, value, dims, layout)
     operands = [p.to(v, layout) for v, layout in zip(op.operands, required)]
     result_type = local_type(op.results[0].type, produced[0])
     new_op = p.create(op, operands, [result_type])

@@ -314,7 +314,7 @@ class Partitioner:
         operands = []
         for index, (operand, dims, layout) in enumerate(zip(op.operands, rule.operands, required)):
             if layout is not None:
-                self._warn_if_dims_gathered(op, rule, operand, dims, layout)
+                self.warn_if_dims_gathered(op, rule, operand, dims, layout)
             local = self.to(operand, layout) if layout is not None else self.local[operand]
             operands.append(self._mask_uneven_reduction(op, rule, axes, index, dims, local))
         result_types = [local_type(r.type, s) for r, s in zip(op.results, produced)]
@@ -323,7 +323,7 @@ class Partitioner:
             self.bind(old, new, layout)
             self.settle(old, target)
 
-    def _warn_if_dims_gathered(self, op: ir.Operation, rule: OpRule, operand: ir.Value,
+    def warn_if_dims_gathered(self, op: ir.Operation, rule: OpRule, operand: ir.Value,
                                dims, layout: Sharding) -> None:
         """Say so, at the op, when it needs a sharded dimension whole (a sort's
         dimension, a concatenation, ...) and gathering it moves more than
@@ -339,7 +339,7 @@ class Partitioner:
                 continue
             size = tensor_bytes(operand.type) / self.mesh.axes_size(
                 [a for axes in layout.dim_axes for a in axes])
-            if size > self.warn_bytes:
+            if size >= self.warn_bytes:
                 diagnostics.warning(ir.Location.current,
                                     f"'{op.name}' needs dimension {dim} of its operand "
                                     f"{operand.type} whole: gathering it over "

@@ -149,8 +149,16 @@ def _finish(p: Partitioner, op: ir.Operation, setup: _Setup, results) -> None:
 
 
 def _operands(p: Partitioner, op: ir.Operation, setup: _Setup) -> list[ir.Value]:
-    return [p.to(v, layout) if layout is not None else p.local[v]
-            for v, layout in zip(op.operands, setup.required)]
+    """The operands in their required layouts, warning where a window did
+    not fit and a large sharded dimension is gathered whole instead."""
+    operands = []
+    for value, dims, layout in zip(op.operands, setup.rule.operands, setup.required):
+        if layout is None:
+            operands.append(p.local[value])
+            continue
+        p.warn_if_dims_gathered(op, setup.rule, value, dims, layout)
+        operands.append(p.to(value, layout))
+    return operands
 
 
 def _array_attr(values) -> ir.Attribute:
