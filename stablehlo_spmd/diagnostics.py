@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import sys
 from typing import Iterator
 
 from jaxlib.mlir import ir
@@ -30,6 +31,9 @@ class Diagnostic:
     severity: str
     message: str
     position: str | None = None  # "file:line:col", or a bare file name
+    # The SpmdError subclass the API raises for this error (RulesError, ...);
+    # not part of what the diagnostic says, so not compared.
+    kind: type[SpmdError] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         prefix = f"{self.position}: " if self.position else ""
@@ -56,14 +60,21 @@ class DiagnosticEngine:
     def __init__(self) -> None:
         self.diagnostics: list[Diagnostic] = []
 
-    def emit(self, severity: str, where: "ir.Location | str | None", message: str) -> Diagnostic:
+    def emit(self, severity: str, where: "ir.Location | str | None", message: str,
+             kind: type[SpmdError] | None = None) -> Diagnostic:
         position = where if isinstance(where, str) or where is None else source_position(where)
-        diagnostic = Diagnostic(severity, message, position)
+        if kind is None and severity == "error":
+            # A pass that reports an error while handling a typed one (``except
+            # ShardingError: diagnostics.error(...)``) is reporting that error:
+            # the API should raise it with its type, not as a bare SpmdError.
+            handled = sys.exc_info()[1]
+            kind = type(handled) if isinstance(handled, SpmdError) else None
+        diagnostic = Diagnostic(severity, message, position, kind)
         self.diagnostics.append(diagnostic)
         return diagnostic
 
-    def error(self, where, message: str) -> Diagnostic:
-        return self.emit("error", where, message)
+    def error(self, where, message: str, kind: type[SpmdError] | None = None) -> Diagnostic:
+        return self.emit("error", where, message, kind)
 
     def warning(self, where, message: str) -> Diagnostic:
         return self.emit("warning", where, message)
@@ -79,7 +90,12 @@ class DiagnosticEngine:
         errors = self.errors
         if errors:
             first = errors[0]
-            raise SpmdError(first.message, first.position)
+            # Only kinds built from (message, location) can be rebuilt here;
+            # the others (ParseError, ShardingSyntaxError) carry more.
+            kind = first.kind
+            if kind is None or kind.__init__ is not SpmdError.__init__:
+                kind = SpmdError
+            raise kind(first.message, first.position)
 
 
 _CURRENT: contextvars.ContextVar[DiagnosticEngine | None] = contextvars.ContextVar(
@@ -102,8 +118,8 @@ def collecting(engine: DiagnosticEngine | None = None) -> Iterator[DiagnosticEng
         _CURRENT.reset(token)
 
 
-def error(where, message: str) -> Diagnostic:
-    return current().error(where, message)
+def error(where, message: str, kind: type[SpmdError] | None = None) -> Diagnostic:
+    return current().error(where, message, kind)
 
 
 def warning(where, message: str) -> Diagnostic:

@@ -25,6 +25,17 @@ class SpmdError(Exception):
         return f"{self.location}: error: {self.message}" if self.location else self.message
 
 
+class ParseError(SpmdError):
+    """Text that is not a valid module: MLIR's parser or verifier refused it,
+    or it is empty or binary.  `diagnostics` holds every message, notes
+    included, as ``(severity, message, position)``; the error itself is the first."""
+
+    def __init__(self, diagnostics: list[tuple[str, str, str | None]]):
+        self.diagnostics = diagnostics
+        first = diagnostics[0] if diagnostics else ("error", "unable to parse module", None)
+        super().__init__(first[1], first[2])
+
+
 class ShardingSyntaxError(SpmdError, ValueError):
     """Sharding text (``mhlo.sharding`` or ``sdy``) that does not parse.
 
@@ -47,3 +58,13 @@ class RulesError(SpmdError, ValueError):
 
 class PipelineError(SpmdError, ValueError):
     """A pass pipeline that does not parse, or names an unknown pass or option."""
+
+
+def not_utf8(data: bytes, error: UnicodeDecodeError, filename: str, what: str) -> tuple[str, str]:
+    """(message, ``file:line:col``) for bytes that are not UTF-8, located at the
+    first bad byte (columns count bytes, as MLIR's do) so an editor can jump to it."""
+    start = error.start
+    line = data.count(b"\n", 0, start) + 1
+    column = start - (data.rfind(b"\n", 0, start) + 1) + 1
+    return (f"byte 0x{data[start]:02x} is not UTF-8: {what} must be UTF-8 text",
+            f"{filename}:{line}:{column}")

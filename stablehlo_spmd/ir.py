@@ -27,7 +27,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import chlo, sdy, stablehlo
 import jaxlib.mlir._mlir_libs._jax_mlir_ext as _jax_mlir_ext
 
-from stablehlo_spmd.errors import SpmdError
+from stablehlo_spmd.errors import ParseError  # noqa: F401  (re-exported: the CLIs import it here)
 
 
 def make_context() -> ir.Context:
@@ -45,26 +45,20 @@ def make_context() -> ir.Context:
 
 # ------------------------------------------------------------------ parsing
 
-class ParseError(SpmdError):
-    """The text is not a valid module; `diagnostics` holds MLIR's own messages."""
-
-    def __init__(self, diagnostics: list[tuple[str, str, str]]):
-        self.diagnostics = diagnostics  # (severity, message, position), as Diagnostic's fields
-        first = diagnostics[0] if diagnostics else ("error", "unable to parse module", None)
-        super().__init__(first[1], first[2])
-
-
 def parse_module(text: str, filename: str = "-", context: ir.Context | None = None) -> ir.Operation:
     """Parse `text` into a ``builtin.module`` operation, keeping `filename` in locations."""
     context = context or ir.Context.current
     if not text.strip():
         raise ParseError([("error", "the input is empty: expected a module", filename)])
+    if "\0" in text:
+        # MLIR's lexer would stop at the NUL and say "unexpected character".
+        raise ParseError([("error", "the input is binary, not MLIR text", filename)])
     with context:
         try:
             op = ir.Operation.parse(text, source_name=filename).operation
         except ir.MLIRError as error:
             if "single top-level operation" not in str(error):
-                raise ParseError(_mlir_diagnostics(error)) from None
+                raise ParseError(_mlir_diagnostics(error, text)) from None
             op = _parse_implicit_module(text, filename)
         if op.name != "builtin.module":
             module = ir.Module.create(ir.Location.file(filename, 1, 1)).operation
@@ -88,7 +82,9 @@ def _parse_implicit_module(text: str, filename: str) -> ir.Operation:
         stripped = line.strip()
         return not stripped or stripped.startswith("//") or _ALIAS_LINE.match(stripped) is not None
 
-    first = next(i for i, line in enumerate(lines) if not is_filler(line))
+    first = next((i for i, line in enumerate(lines) if not is_filler(line)), None)
+    if first is None:  # comments and aliases only: nothing to wrap
+        raise ParseError([("error", "the input holds no operation: expected a module", filename)])
     last = max(i for i, line in enumerate(lines) if not is_filler(line))
     lines[last] += "\n}"
     before = lines[first - 1].strip() if first else None
@@ -99,21 +95,51 @@ def _parse_implicit_module(text: str, filename: str) -> ir.Operation:
     try:
         return ir.Operation.parse("\n".join(lines), source_name=filename).operation
     except ir.MLIRError as error:
-        raise ParseError(_mlir_diagnostics(error)) from None
+        raise ParseError(_mlir_diagnostics(error, text)) from None
 
 
 _ALIAS_LINE = re.compile(r"^[#!][\w.$-]+\s*=")
 
 
-def _mlir_diagnostics(error: ir.MLIRError) -> list[tuple[str, str, str]]:
+def _mlir_diagnostics(error: ir.MLIRError, text: str) -> list[tuple[str, str, str]]:
     result = []
     for diag in error.error_diagnostics:
-        result.append(("error", diag.message, source_position(diag.location)))
+        position = source_position(diag.location)
+        result.append(("error", *_clarify(diag.message, position, text)))
         for note in diag.notes:
             result.append(("note", note.message, source_position(note.location)))
     if not result:
         result.append(("error", str(error), None))
     return result
+
+
+_POSITION = re.compile(r"^(.*):(\d+):(\d+)$")
+_UNREGISTERED_DIALECT = "operation being parsed with an unregistered dialect"
+_OP_NAME_BEFORE = re.compile(r"\"?([A-Za-z_][\w$]*)\.([\w.$]+)\"?\s*$")
+
+
+def _clarify(message: str, position: str | None, text: str) -> tuple[str, str | None]:
+    """MLIR's parser messages, reworded where they would mislead a user of this tool.
+
+    MLIR suggests ``-allow-unregistered-dialect``, a flag this tool does not
+    have, and reports a file that ends inside a region as a missing op name.
+    """
+    found = _POSITION.match(position or "")
+    if found is None:
+        return message, position
+    filename, line, col = found.group(1), int(found.group(2)), int(found.group(3))
+    lines = text.split("\n")
+    if message.startswith(_UNREGISTERED_DIALECT) and line <= len(lines):
+        op_name = _OP_NAME_BEFORE.search(lines[line - 1][:col - 1])
+        if op_name:
+            dialect, start = op_name.group(1), op_name.start() + 1
+            return (f"operation '{dialect}.{op_name.group(2)}' is of dialect '{dialect}', "
+                    "which stablehlo-spmd does not know", f"{filename}:{line}:{start}")
+    if message == "expected operation name in quotes" and line <= len(lines):
+        rest = "\n".join([lines[line - 1][col - 1:], *lines[line:]])
+        if not rest.strip():
+            return "the input ends inside a region: expected '}'", position
+    return message, position
 
 
 _ARGUMENT_DECLARATION = re.compile(r"%[A-Za-z0-9_$.-]+\s*:")

@@ -18,7 +18,7 @@ from typing import NoReturn, Sequence
 import click
 
 from stablehlo_spmd.diagnostics import Diagnostic
-from stablehlo_spmd.errors import SpmdError
+from stablehlo_spmd.errors import SpmdError, not_utf8
 from stablehlo_spmd.pipeline import internal_error_message
 
 
@@ -38,7 +38,9 @@ def run_cli(command: click.Command, prog_name: str, argv: list[str] | None) -> N
     except click.exceptions.Abort:
         fail([Diagnostic("error", "aborted")])
     except click.ClickException as error:
-        fail([Diagnostic("error", f"{error.format_message()} (see '{prog_name} --help')")])
+        # Click ends its sentences with '.'; ours go on with the help pointer.
+        message = error.format_message().rstrip(".")
+        fail([Diagnostic("error", f"{message} (see '{prog_name} --help')")])
     except SpmdError as error:
         fail_with(error)
     except SystemExit:
@@ -85,4 +87,4 @@ def read_text(path: str) -> tuple[str, str]:
     try:
         return filename, data.decode("utf-8")
     except UnicodeDecodeError as error:
-        fail([Diagnostic("error", f"the input is not UTF-8 text (byte {error.start})", filename)])
+        fail([Diagnostic("error", *not_utf8(data, error, filename, "the input"))])

@@ -134,7 +134,7 @@ def _process_chunk(chunk: str, filename: str, pipeline, options: RunOptions,
             if pipeline.elements and not run_pipeline(module, pipeline, options):
                 return None
         except SpmdError as error:
-            engine.error(error.location, error.message)
+            engine.error(error.location, error.message, type(error))
             return None
         except Exception as error:  # a bug in a pass: say so plainly
             engine.error(None, internal_error_message(error))
