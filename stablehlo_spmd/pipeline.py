@@ -12,10 +12,14 @@ verifier after each pass cover both kinds alike.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import re
+import sys
+import tempfile
 import traceback
-from typing import Union
+from typing import Iterator, Union
 
 from jaxlib.mlir import ir, passmanager
 
@@ -60,10 +64,40 @@ def parse_pipeline(text: str) -> Pipeline:
 def _check_upstream(element: str) -> None:
     """Fail at parse time, before any input is read, on a pass jaxlib does not know."""
     with make_context():
+        _add_upstream(passmanager.PassManager("builtin.module"), element)
+
+
+def _add_upstream(manager: passmanager.PassManager, element: str) -> None:
+    with _llvm_stderr() as printed:
         try:
-            passmanager.PassManager("builtin.module").add(element)
+            manager.add(element)
         except ValueError as error:
-            raise PipelineError(_upstream_pipeline_message(element, error)) from None
+            failure = str(error)
+        else:
+            return
+    raise PipelineError(_upstream_pipeline_message(element, failure + "\n" + "".join(printed)))
+
+
+@contextlib.contextmanager
+def _llvm_stderr() -> Iterator[list[str]]:
+    """What LLVM's option parser prints straight to file descriptor 2 meanwhile.
+
+    A bad option value ('max-iterations=x') is explained only there, not in
+    the exception: caught, it becomes part of one diagnostic instead of a
+    stray line on the user's terminal.
+    """
+    printed: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield printed
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            printed.append(capture.read().decode("utf-8", "replace"))
 
 
 def _split_top_level(body: str, whole: str) -> list[str]:
@@ -82,7 +116,9 @@ def _split_top_level(body: str, whole: str) -> list[str]:
         elif char == "," and depth == 0:
             parts.append(body[start:index].strip())
             start = index + 1
-    if depth or quote:
+    if quote:
+        raise PipelineError(f"unterminated quote in pass pipeline {whole!r}")
+    if depth:
         raise PipelineError(f"unbalanced brackets or quotes in pass pipeline {whole!r}")
     parts.append(body[start:].strip())
     if any(not part for part in parts) and body.strip():
@@ -161,10 +197,7 @@ def run_pipeline(module: ir.Operation, pipeline: Pipeline | str,
                             name=type(element).__name__, argument=element.name,
                             description=element.description)
             else:
-                try:
-                    manager.add(element)
-                except ValueError as error:
-                    raise PipelineError(_upstream_pipeline_message(element, error)) from None
+                _add_upstream(manager, element)
         manager.enable_verifier(True)
         if options.print_ir_after_all:
             manager.enable_ir_printing(print_after_all=True, enable_debug_info=options.debug_info)
@@ -194,7 +227,7 @@ def _python_pass(element: ModulePass, engine: diagnostics.DiagnosticEngine,
             with diagnostics.collecting(engine):
                 element.run(op.operation)
         except SpmdError as error:
-            engine.error(error.location, error.message)
+            engine.error(error.location, error.message, type(error))
         except Exception as error:  # a bug: keep it for the caller, stop the pipeline
             internal_errors.append(error)
             pass_handle.signal_pass_failure()
@@ -206,14 +239,40 @@ def _python_pass(element: ModulePass, engine: diagnostics.DiagnosticEngine,
     return run
 
 
-def _upstream_pipeline_message(element: str, error: ValueError) -> str:
-    message = str(error)
-    if "does not refer to a registered pass" in message:
+_LLVM_KINDS = {"long": "an integer", "int": "an integer", "uint": "an integer",
+               "ulong": "an integer", "double": "a number", "float": "a number"}
+
+
+def _upstream_pipeline_message(element: str, failure: str) -> str:
+    """One line from what MLIR (exception) and LLVM (stderr) said about `element`.
+
+    Worded like the messages for this project's own passes, naming the pass
+    and option the user wrote rather than repeating MLIR's multi-line echo.
+    """
+    unknown = re.search(r"'([^']+)' does not refer to a registered pass", failure)
+    if unknown:
         known = ", ".join(sorted(registered_passes()))
-        name = element.split("{", 1)[0].split("(", 1)[0]
-        return (f"unknown pass '{name}': it is neither a stablehlo-spmd pass ({known}) "
-                f"nor an MLIR pass registered in jaxlib")
-    return f"invalid pass pipeline element {element!r}: {message.strip()}"
+        return (f"unknown pass '{unknown.group(1)}': it is neither a stablehlo-spmd pass "
+                f"({known}) nor an MLIR pass registered in jaxlib")
+    added = re.search(r"failed to add `([^`]+)` with options", failure)
+    name = added.group(1) if added else element.split("{", 1)[0].strip()
+    no_option = re.search(r"no such option (\S+)", failure)
+    if no_option:
+        return f"pass '{name}' has no option '{no_option.group(1)}'"
+    bad_value = re.search(r"for the -+([\w.-]+) option: '(.*)' (?:value invalid for (\w+)|is "
+                          r"invalid value for (boolean)) argument", failure)
+    if bad_value:
+        option, value, kind = bad_value.group(1), bad_value.group(2), bad_value.group(3)
+        expected = "a bool" if bad_value.group(4) else _LLVM_KINDS.get(kind, f"a {kind}")
+        return f"option '{option}' of pass '{name}' expects {expected}, got '{value}'"
+    option_said = re.search(r"for the -+([\w.-]+) option: (.*?)!?\s*$", failure, re.MULTILINE)
+    if option_said:
+        return f"option '{option_said.group(1)}' of pass '{name}': {option_said.group(2)}"
+    parser_said = re.search(r"Parser:\d+:\d+: error: (.*)", failure)
+    lines = [line.strip() for line in failure.splitlines()
+             if line.strip() and not line.startswith("failed to add")]
+    detail = parser_said.group(1) if parser_said else (lines[0] if lines else "rejected by MLIR")
+    return f"invalid pass pipeline element {element!r}: {detail.strip()}"
 
 
 def internal_error_message(error: BaseException) -> str:
