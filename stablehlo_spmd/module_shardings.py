@@ -274,12 +274,54 @@ def module_mesh(module: ir.Operation) -> Mesh | None:
     """The module's mesh: `spmd.mesh` if set, else one inferred from its tile assignments."""
     mesh = read_mesh(module)
     if mesh is not None:
+        _check_named_devices(module, mesh.size)
         return mesh
-    shardings = [h for h in (read_hlo(v) for v in all_sharded_values(module)) if h is not None]
+    count = num_partitions(module)
+    shardings, first_tiled = [], None
+    for value in all_sharded_values(module):
+        hlo = read_hlo(value)
+        if hlo is None:
+            continue
+        shardings.append(hlo)
+        for element in hlo.elements if hlo.kind == "tuple" else (hlo,):
+            if element.kind == "tiled":
+                _check_device_count(value, element, count, first_tiled)
+                first_tiled = first_tiled or (value, element.tile.num_devices)
     if not any(_has_tiles(h) for h in shardings):
-        count = num_partitions(module)
         return Mesh.from_axes([("axis_0", count)]) if count and count > 1 else None
-    return infer_mesh(shardings, num_partitions(module))
+    return infer_mesh(shardings, count)
+
+
+def _check_named_devices(module: ir.Operation, size: int) -> None:
+    """Explicit device lists of the mesh's size must name its devices 0..size-1;
+    reading one that names others as mesh axes would index past the mesh."""
+    for value in all_sharded_values(module):
+        hlo = read_hlo(value)
+        for element in () if hlo is None else hlo.elements if hlo.kind == "tuple" else (hlo,):
+            if element.kind == "tiled" and element.tile.num_devices == size:
+                _check_device_count(value, element, size, None)
+
+
+def _check_device_count(value: ShardedValue, tiled: HloSharding, count: int | None,
+                        first: tuple[ShardedValue, int] | None) -> None:
+    """Device counts checked per value, so that the error points at the value
+    that disagrees (the mesh inference that follows sees only the set of counts)."""
+    devices = tiled.tile.num_devices
+    text = ir.StringAttr(value.get(MHLO_SHARDING)).value
+    what = f"{value.describe()}: {MHLO_SHARDING} {text!r}"
+    if count is not None and devices != count:
+        raise _located(value, f"{what} uses {devices} devices but the module says "
+                              f"{NUM_PARTITIONS} = {count}")
+    if count is None and first is not None and devices != first[1]:
+        raise _located(value, f"{what} uses {devices} devices but {first[0].describe()} "
+                              f"uses {first[1]}")
+    if not tiled.tile.is_iota:
+        # The parser has refused negative and repeated ids; a list of n
+        # distinct ids that is not 0..n-1 names a device the module lacks.
+        outside = [int(d) for d in tiled.tile.device_array().reshape(-1) if d >= devices]
+        if outside:
+            raise _located(value, f"{what} names device {outside[0]} but the module has "
+                                  f"devices 0 to {devices - 1}")
 
 
 def _has_tiles(sharding: HloSharding) -> bool:

@@ -29,7 +29,7 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 
 from stablehlo_spmd import diagnostics
-from stablehlo_spmd.errors import ShardingError, SpmdError
+from stablehlo_spmd.errors import PipelineError, ShardingError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, ShardedValue, all_sharded_values, function_values, functions,
@@ -89,7 +89,7 @@ class AnnotatePass(ModulePass):
             try:
                 rule_set = dataclasses.replace(rule_set, mesh=Mesh.from_string(self.mesh))
             except ValueError as error:
-                raise SpmdError(f"invalid 'mesh' option of spmd-annotate: {error}") from None
+                raise PipelineError(f"invalid 'mesh' option of spmd-annotate: {error}") from None
         return rule_set
 
     def _choose_mesh(self, module: ir.Operation, rule_set: RuleSet) -> Mesh | None:
@@ -102,7 +102,7 @@ class AnnotatePass(ModulePass):
         if mesh is not None and partitions not in (None, 1, mesh.size):
             diagnostics.error(module.location,
                               f"the mesh [{mesh.describe_axes()}] has {mesh.size} devices but "
-                              f"the module says mhlo.num_partitions = {partitions}")
+                              f"the module says mhlo.num_partitions = {partitions}", ShardingError)
             return None
         try:
             existing = module_mesh(module)
@@ -116,7 +116,7 @@ class AnnotatePass(ModulePass):
         if mesh is not None and existing is not None and existing.size != mesh.size:
             diagnostics.error(module.location,
                               f"the mesh [{mesh.describe_axes()}] has {mesh.size} devices but "
-                              f"the module's existing shardings use {existing.size}")
+                              f"the module's existing shardings use {existing.size}", ShardingError)
             return None
         return mesh or existing
 
@@ -132,6 +132,10 @@ def _existing_shardings_fit(module: ir.Operation, mesh: Mesh) -> bool:
             continue
         if hlo is None or hlo.kind in ("tuple", "unknown") or value.rank is None:
             continue
+        if hlo.kind == "tiled" and _is_dynamic(value.type):
+            _report_dynamic(value)
+            ok = False
+            continue
         try:
             Sharding.from_hlo(hlo, mesh, value.rank)
         except ShardingError as error:
@@ -144,7 +148,7 @@ def _sharding_for(value: ShardedValue, rule: Rule, mesh: Mesh) -> ir.Attribute |
     """The attribute `rule` gives `value`, or None (after reporting why) to leave it."""
     if value.rank is None:
         diagnostics.error(value.location, f"{value.describe()} is matched by {rule.describe()} "
-                          f"but has no ranked tensor type ({value.type})")
+                          f"but has no ranked tensor type ({value.type})", ShardingError)
         return None
     try:
         sharding = Sharding.from_spec(mesh, rule.spec, rank=value.rank,
@@ -156,6 +160,11 @@ def _sharding_for(value: ShardedValue, rule: Rule, mesh: Mesh) -> ir.Attribute |
         if rule.position:
             diagnostics.note(rule.position, f"from {rule.describe()}")
         return None
+    if _is_dynamic(value.type) and sharding.to_hlo().kind == "tiled":
+        _report_dynamic(value)
+        if rule.position:
+            diagnostics.note(rule.position, f"from {rule.describe()}")
+        return None
     existing = value.get(MHLO_SHARDING)
     if existing is not None:
         if existing != attr:
@@ -163,6 +172,19 @@ def _sharding_for(value: ShardedValue, rule: Rule, mesh: Mesh) -> ir.Attribute |
                                 f"{existing}; {rule.describe()} would give {attr}")
         return None
     return attr
+
+
+def _is_dynamic(value_type: ir.Type) -> bool:
+    return (isinstance(value_type, ir.ShapedType) and value_type.has_rank
+            and not value_type.has_static_shape)
+
+
+def _report_dynamic(value: ShardedValue) -> None:
+    # Per-device shapes are global shapes divided by the tile: a '?' cannot
+    # be divided, so a split dynamic tensor is refused here, at the value,
+    # rather than by a later pass that would not know which input caused it.
+    diagnostics.error(value.location, f"{value.describe()} has a dynamic shape ({value.type}); "
+                      "stablehlo-spmd partitions static shapes only", ShardingError)
 
 
 def _match_name(value: ShardedValue) -> str:
