@@ -34,9 +34,10 @@ import functools
 import os
 import re
 import sys
+import warnings
 from typing import Any, Iterable, Sequence
 
-from stablehlo_spmd.errors import RulesError
+from stablehlo_spmd.errors import RulesError, not_utf8
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.sharding import REDUCTIONS
 
@@ -61,7 +62,7 @@ class Rule:
 
     @functools.cached_property
     def regex(self) -> re.Pattern:
-        return re.compile(self.pattern)
+        return _compile_quietly(self.pattern)
 
     def describe(self) -> str:
         return f"rule {self.pattern!r} -> {_format_spec(self.spec)}"
@@ -111,17 +112,29 @@ def _check_pattern(pattern: Any, where: str) -> str:
     if not isinstance(pattern, str):
         raise RulesError(f"{where}: pattern must be a string, got {pattern!r}")
     try:
-        re.compile(pattern)
+        _compile_quietly(pattern)
     except re.error as error:
         raise RulesError(f"{where}: invalid regular expression {pattern!r}: {error}") from None
+    except (OverflowError, RecursionError):  # a repeat count or nesting past re's limits
+        raise RulesError(f"{where}: regular expression {pattern!r} is too large") from None
     return pattern
 
 
-def _normalize_spec(spec: Any, where: str) -> tuple[SpecEntry, ...]:
+def _compile_quietly(pattern: str) -> re.Pattern:
+    """re.compile without its FutureWarnings ("possible nested set"): they
+    would print as a stray Python warning line among the tool's diagnostics."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return re.compile(pattern)
+
+
+def _normalize_spec(spec: Any, where: str | None) -> tuple[SpecEntry, ...]:
+    """`where` prefixes messages ("rule #2"); a rules file locates them instead."""
+    prefix = f"{where}: " if where else ""
     # Tuples, lists and jax.sharding.PartitionSpec (which has `partitions`); a
     # set or dict would iterate in an order the user never wrote.
     if not isinstance(spec, (tuple, list)) and not hasattr(spec, "partitions"):
-        raise RulesError(f"{where}: spec must be a tuple like (None, 'model'), got {spec!r}")
+        raise RulesError(f"{prefix}spec must be a tuple like (None, 'model'), got {spec!r}")
     entries = []
     for entry in getattr(spec, "partitions", spec):  # a PartitionSpec iterates its partitions
         if entry is None or isinstance(entry, str):
@@ -129,7 +142,7 @@ def _normalize_spec(spec: Any, where: str) -> tuple[SpecEntry, ...]:
         elif isinstance(entry, (tuple, list)) and all(isinstance(a, str) for a in entry):
             entries.append(tuple(entry))
         else:
-            raise RulesError(f"{where}: spec entry {entry!r} must be None, an axis name, "
+            raise RulesError(f"{prefix}spec entry {entry!r} must be None, an axis name, "
                              f"or a tuple of axis names")
     return tuple(entries)
 
@@ -145,8 +158,9 @@ def load_rules(path: str | os.PathLike) -> RuleSet:
         raise RulesError(f"cannot read rules file: {error.strerror}", path) from None
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise RulesError("rules file is not UTF-8 text", path) from None
+    except UnicodeDecodeError as error:
+        message, position = not_utf8(data, error, path, "the rules file")
+        raise RulesError(message, position) from None
     return parse_rules(text, path)
 
 
@@ -171,7 +185,8 @@ def parse_rules(text: str, filename: str = "<rules>") -> RuleSet:
     mesh = _parse_mesh(document.get("mesh"), text, filename)
     raw_rules = document.get("rules", [])
     if not isinstance(raw_rules, list) or not all(isinstance(r, dict) for r in raw_rules):
-        raise RulesError("'rules' must be an array of tables, written [[rules]]", filename)
+        raise RulesError("'rules' must be an array of tables, written [[rules]]",
+                         _key_position(text, "rules", filename))
     if not raw_rules:
         raise RulesError("the rules file has no [[rules]] entries", filename)
     header_lines = [text.count("\n", 0, m.start()) + 1 for m in _RULES_HEADER.finditer(text)]
@@ -225,9 +240,11 @@ def _parse_rule(raw: dict, position: str) -> Rule:
     if not isinstance(pattern, str):
         raise RulesError("rule 'pattern' must be a string", position)
     try:
-        re.compile(pattern)
+        _compile_quietly(pattern)
     except re.error as error:
         raise RulesError(f"invalid regular expression {pattern!r}: {error}", position) from None
+    except (OverflowError, RecursionError):  # a repeat count or nesting past re's limits
+        raise RulesError(f"regular expression {pattern!r} is too large", position) from None
     spec = _parse_spec_literal(raw["spec"], position)
     unreduced = raw.get("unreduced", [])
     if not isinstance(unreduced, list) or not all(isinstance(a, str) for a in unreduced):
@@ -244,14 +261,18 @@ def _parse_spec_literal(raw: Any, position: str) -> tuple[SpecEntry, ...]:
         raise RulesError("rule 'spec' must be a string holding a tuple, e.g. \"(None, 'model')\"",
                          position)
     try:
-        value = ast.literal_eval(raw.strip())
-    except (ValueError, SyntaxError):
+        with warnings.catch_warnings():  # e.g. "invalid escape sequence": not ours to print
+            warnings.simplefilter("ignore")
+            value = ast.literal_eval(raw.strip())
+    # TypeError: an unhashable set element ("{[]}"); RecursionError and
+    # MemoryError: nesting deeper than the compiler takes.
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
         raise RulesError(f"spec {raw!r} is not a Python tuple literal like (None, 'model')",
                          position) from None
     if value is None or isinstance(value, str):
         value = (value,)  # "('data')" is just a parenthesized string: one entry
     try:
-        return _normalize_spec(value, "spec")
+        return _normalize_spec(value, None)
     except RulesError as error:
         raise RulesError(error.message, position) from None
 

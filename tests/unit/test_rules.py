@@ -450,7 +450,8 @@ def test_non_utf8_file(tmp_path):
     path.write_bytes('[[rules]]\npattern = "caf\u00e9"\nspec = "()"\n'.encode("latin-1"))
     with pytest.raises(RulesError) as info:
         load_rules(path)
-    assert str(info.value).startswith(f"{path}: error: ")
+    # Located at the bad byte: line 2, column 15 (columns count bytes).
+    assert str(info.value).startswith(f"{path}:2:15: error: ")
     assert "not UTF-8" in str(info.value)
 
 
