@@ -1,0 +1,7 @@
+// A function body that is never closed.
+// CLI: stablehlo-spmd-opt %s -o %t/out.mlir
+// API: parse
+// RAISES: ParseError
+// STDERR: %s:7:31: error: the input ends inside a region: expected '}'
+func.func @f(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  return %arg0 : tensor<4xf32>

@@ -1,0 +1,10 @@
+// A sharding with one '}' too many.
+// CLI: stablehlo-spmd-opt %s --spmd-propagate -o %t/out.mlir
+// API: propagate
+// RAISES: ShardingError
+// STDERR: %s:7:19: error: argument #0: invalid mhlo.sharding '{replicated}}' at column 13: unbalanced braces: this '}' closes nothing
+module attributes {mhlo.num_partitions = 4 : i32} {
+  func.func @main(%arg0: tensor<8x4xf32> {mhlo.sharding = "{replicated}}"}) -> tensor<8x4xf32> {
+    return %arg0 : tensor<8x4xf32>
+  }
+}

@@ -1,0 +1,10 @@
+// A misspelt sharding kind.
+// CLI: stablehlo-spmd-opt %s --spmd-propagate -o %t/out.mlir
+// API: propagate
+// RAISES: ShardingError
+// STDERR: %s:7:19: error: argument #0: invalid mhlo.sharding '{replicatd}' at column 2: unknown sharding keyword 'replicatd'
+module attributes {mhlo.num_partitions = 4 : i32} {
+  func.func @main(%arg0: tensor<8x4xf32> {mhlo.sharding = "{replicatd}"}) -> tensor<8x4xf32> {
+    return %arg0 : tensor<8x4xf32>
+  }
+}

@@ -1,0 +1,10 @@
+// Two sharding kinds at once.
+// CLI: stablehlo-spmd-opt %s --spmd-propagate -o %t/out.mlir
+// API: propagate
+// RAISES: ShardingError
+// STDERR: %s:7:19: error: argument #0: invalid mhlo.sharding '{replicated manual}' at column 13: conflicting sharding kinds 'replicated' and 'manual'
+module attributes {mhlo.num_partitions = 4 : i32} {
+  func.func @main(%arg0: tensor<8x4xf32> {mhlo.sharding = "{replicated manual}"}) -> tensor<8x4xf32> {
+    return %arg0 : tensor<8x4xf32>
+  }
+}
