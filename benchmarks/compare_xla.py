@@ -116,6 +116,17 @@ def _transformer():
     return load_object(f"{ROOT / 'examples' / 'transformer.py'}:train_step_example")()
 
 
+def _pipeline():
+    from stablehlo_spmd.export import load_object
+    example = str(ROOT / "examples" / "pipeline.py")
+    return load_object(f"{example}:pipeline"), load_object(f"{example}:example_args")()
+
+
+def _top_k(x):
+    import jax
+    return jax.lax.top_k(x, 4)
+
+
 def _workloads() -> list[Workload]:
     def rng(seed):
         return np.random.default_rng(seed)
@@ -147,6 +158,11 @@ def _workloads() -> list[Workload]:
         return ({"gate": _random(r, 16, 8), "w_in": _random(r, 8, 16, 32),
                  "w_out": _random(r, 8, 32, 16)}, _random(r, 8, 4, 16))
 
+    def cnn_args():
+        r = rng(8)
+        return ({"kernel": _random(r, 3, 3, 3, 4), "dense": _random(r, 256, 5)},
+                _random(r, 2, 16, 16, 3), _random(r, 2, 5))
+
     return [
         Workload("megatron-mlp", lambda: (_workload('mlp'), mlp_args(1)), "data=4,model=2", [
             (r"w1", (None, "model")), (r"w2", ("model", None)), (r"^x$", ("data", None)),
@@ -170,6 +186,12 @@ def _workloads() -> list[Workload]:
         Workload("moe-layer", lambda: (_workload('moe_layer'), moe_args()), "expert=8", [
             (r"w_(in|out)'\]$", ("expert", None, None)), (r"gate", (None, None)),
             (r"^x$", ("expert", None, None))], rtol=1e-4, atol=1e-4),
+        Workload("spatial-cnn-step", lambda: (_workload('cnn_step'), cnn_args()), "h=4,w=2", [
+            (r"^x$", (None, "h", "w", None))], rtol=1e-4, atol=1e-4),
+        Workload("pipeline-4x6", _pipeline, "stage=4", [
+            (r"weights'\]$", ("stage", None, None)), (r"bias'\]$", ("stage", None))]),
+        Workload("top-k", lambda: (_top_k, (_random(rng(9), 16, 256),)), "data=2,x=4", [
+            (r"^x$", ("data", "x")), (r"^result", ("data", None))]),
         Workload("transformer-step", _transformer, None,
                  str(ROOT / "examples" / "transformer_rules.toml"), rtol=1e-4, atol=1e-5),
     ]

@@ -7,10 +7,9 @@ microbatch.  Every step shifts the buffer by one stage
 collects what the last stage finished.  Sharding the stage dimension of the
 weights and of the buffer over a ``stage`` mesh axis is all it takes to run
 it as a pipeline: each device holds one stage, and the shift becomes a
-collective_permute to the next stage (GSPMD paper, section 3.3).
-
-    stablehlo-spmd export examples/pipeline.py:pipeline --args examples/pipeline.py:example_args
-    # rules: examples/pipeline_rules.toml
+collective_permute to the next stage (GSPMD paper, section 3.3).  The
+README's "Beyond matmuls" section runs it; tests/unit/test_partition_halo.py
+checks it against `sequential` on 4 devices.
 """
 
 import jax
