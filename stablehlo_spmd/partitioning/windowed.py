@@ -189,10 +189,13 @@ def emit_slice(p: Partitioner, op: ir.Operation):
     starts = int_array(op.attributes["start_indices"])
     limits = int_array(op.attributes["limit_indices"])
     strides = int_array(op.attributes["strides"])
+    owned: dict[int, tuple[tuple, int]] = {}  # dim -> (axes, coordinate holding the slice)
 
     def halos(required, produced):
         found = []
         for dim, dim_axes in enumerate(required[0].dim_axes):
+            if dim in owned:
+                continue
             if dim_axes and (n_in[dim], starts[dim], strides[dim]) != (m_out[dim], 0, 1):
                 found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim],
                                            starts[dim], strides[dim]))
@@ -202,13 +205,26 @@ def emit_slice(p: Partitioner, op: ir.Operation):
     setup = _setup(p, op, halos, always=True)
     if setup is None:
         return False
+    owned.update(_owned_slices(p, op, setup, starts, strides))
+    if owned:
+        dim_axes = list(setup.required[0].dim_axes)
+        for dim, (axes, _) in owned.items():
+            dim_axes[dim] = axes
+        setup.required[0] = dataclasses.replace(setup.required[0], dim_axes=tuple(dim_axes))
     value = _operands(p, op, setup)[0]
+    for dim, (axes, owner) in owned.items():
+        value = _broadcast_piece(p, value, dim, axes, owner,
+                                 _shard(p, n_in[dim], axes), starts[dim], m_out[dim], strides[dim])
     for halo in halos(setup.required, setup.produced):
         value = _window(p, op, setup, value, halo)
     local_shape = shape_of(value)
     new_starts, new_limits, new_strides = [], [], []
     for dim in range(len(n_in)):
-        if _sharded(setup.required[0], dim):
+        if dim in owned:
+            new_starts.append(0)
+            new_limits.append(local_shape[dim])
+            new_strides.append(1)
+        elif _sharded(setup.required[0], dim):
             new_starts.append(0)
             new_limits.append(local_shape[dim])
             new_strides.append(strides[dim] if n_in[dim] != m_out[dim] else 1)
@@ -220,6 +236,59 @@ def emit_slice(p: Partitioner, op: ir.Operation):
                                                 [1] * len(n_in)):
         value = hlo.SliceOp(value, new_starts, new_limits, new_strides).result
     _finish(p, op, setup, [value])
+
+
+def _owned_slices(p: Partitioner, op: ir.Operation, setup: _Setup, starts, strides):
+    """Dims the result wants whole although the operand is split there, whose
+    slice lies inside one device's shard and is less than half the dim: the
+    owner broadcasts it (a masked all-reduce, 2(p-1)/p of the slice) rather
+    than everyone gathering the dim ((p-1)/p of all of it)."""
+    source = p.shardings.get(op.operands[0])
+    element = ir.RankedTensorType(op.operands[0].type).element_type
+    if source is None or source.unreduced or (
+            isinstance(element, ir.IntegerType) and element.width == 1):
+        return {}
+    n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
+    used = {a for axes in setup.required[0].dim_axes for a in axes}
+    owned = {}
+    for dim, axes in enumerate(source.dim_axes):
+        if not axes or setup.required[0].dim_axes[dim] or used & set(axes) \
+                or 2 * m_out[dim] >= n_in[dim]:
+            continue
+        shard = _shard(p, n_in[dim], axes)
+        first, last = starts[dim], starts[dim] + (m_out[dim] - 1) * strides[dim]
+        if first // shard == last // shard:
+            owned[dim] = (axes, first // shard)
+            used.update(axes)
+    return owned
+
+
+def _broadcast_piece(p: Partitioner, value: ir.Value, dim: int, axes: tuple, owner: int,
+                     shard: int, start: int, size: int, stride: int) -> ir.Value:
+    """Every device gets the `size` elements (every `stride`-th from global
+    `start`) that the device at coordinate `owner` over `axes` holds."""
+    shape = shape_of(value)
+    begin, end = [0] * len(shape), list(shape)
+    begin[dim] = start - owner * shard
+    end[dim] = begin[dim] + (size - 1) * stride + 1
+    steps = [1] * len(shape)
+    steps[dim] = stride
+    piece = hlo.SliceOp(value, begin, end, steps).result
+    index = p.emitter.axis_index(axes)
+    owner_index = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+        index.type, ir.IntegerAttr.get(ir.RankedTensorType(index.type).element_type, owner))).result
+    mine = hlo.CompareOp(index, owner_index, hlo.ComparisonDirectionAttr.get("EQ")).result
+    mask = hlo.BroadcastInDimOp(ir.RankedTensorType.get(
+        shape_of(piece), ir.IntegerType.get_signless(1)), mine, []).result
+    zero = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+        piece.type, _zero_attr(ir.RankedTensorType(piece.type).element_type))).result
+    return p.emitter.all_reduce(hlo.SelectOp(mask, piece, zero).result, axes)
+
+
+def _zero_attr(element: ir.Type) -> ir.Attribute:
+    if isinstance(element, ir.FloatType):
+        return ir.FloatAttr.get(element, 0.0)
+    return ir.IntegerAttr.get(element, 0)
 
 
 @handles("stablehlo.pad")

@@ -145,3 +145,27 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %0 : tensor<8x2xf32>
   }
 }
+
+// -----
+
+// The last row of a row-sharded 16x4, wanted whole (a pipeline's finished
+// microbatch): the row lies in device 3's shard, so device 3 broadcasts it
+// (its local row 1, zeros elsewhere, one all_reduce of 1x4) instead of
+// everyone gathering 16x4.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<4x4xf32>) {
+// CHECK-NEXT: %[[ROW:.*]] = stablehlo.slice %[[A]] [1:2, 0:4]
+// CHECK: %[[OWNER:.*]] = stablehlo.constant dense<3> : tensor<i32>
+// CHECK-NEXT: %[[MINE:.*]] = stablehlo.compare EQ, %{{.*}}, %[[OWNER]]
+// CHECK: %[[KEPT:.*]] = stablehlo.select %{{.*}}, %[[ROW]], %{{.*}} : tensor<1x4xi1>, tensor<1x4xf32>
+// CHECK-NEXT: %[[SUM:.*]] = "stablehlo.all_reduce"(%[[KEPT]])
+// CHECK: sdy.return %[[SUM]] : tensor<1x4xf32>
+// CHECK-NOT: all_gather
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @last_row(%a: tensor<16x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<1x4xf32> {mhlo.sharding = "{replicated}"}) {
+    %0 = stablehlo.slice %a [13:14, 0:4] : (tensor<16x4xf32>) -> tensor<1x4xf32>
+    return %0 : tensor<1x4xf32>
+  }
+}
