@@ -1,7 +1,11 @@
-"""Gathers and scatters from operands sharded on their indexed dimensions.
+"""Gathers and scatters, per device.
 
-Embedding lookups (a masked local gather) and their gradients (a local
-scatter-add); other gathers and scatters decline and run by rule or
+A gather runs on each device's indices (index-parallel: indices split on
+their batch dims) and each device's columns of the operand (pass-through
+dims split), and, where the operand is split on an indexed dim, as a
+masked local gather (embedding lookups, ``take_along_axis`` on a split
+vocabulary).  Scatter-adds into an operand split on indexed dims (the
+embedding gradient) are local scatter-adds.  Other shapes decline and run
 replicated.
 """
 
@@ -19,14 +23,15 @@ from stablehlo_spmd.partitioning.partitioner import (
 
 @handles("stablehlo.gather")
 def emit_gather(p: Partitioner, op: ir.Operation) -> bool:
-    """A gather from an operand sharded on indexed dims: a masked local gather.
+    """A gather on each device's indices and operand shard.
 
-    Each device shifts the (clamped) indices into its shard of every
+    Index batch dims and pass-through (full-slice) operand dims keep their
+    sharding, with a per-device slice size.  Where the operand is sharded
+    on an indexed dim (a masked local gather), each device shifts the (clamped) indices into its shard of every
     sharded indexed dim, gathers locally, and zeroes the rows whose index
     falls outside its shard: the results are partial sums that exactly
     one device contributes to (GSPMD's embedding-lookup strategy; the
-    sum is taken where propagation put it).  Full-slice dims keep their
-    sharding with a per-device slice size.  Returns False (the caller
+    sum is taken where propagation put it).  Returns False (the caller
     runs it replicated) for any other shape of gather.
     """
     rule = op_rules.rule_for(op)
@@ -84,8 +89,6 @@ def emit_gather(p: Partitioner, op: ir.Operation) -> bool:
                               hlo.ComparisonDirectionAttr.get("LT")).result).result
             mask = inside if mask is None else hlo.AndOp(mask, inside).result
         components.append(component)
-    if mask is None:
-        return False  # nothing sharded to mask: the rule-free path is as good
     if vector_dim < len(indices_shape):
         local_indices = hlo.ConcatenateOp(components, vector_dim).result
     else:
@@ -96,6 +99,15 @@ def emit_gather(p: Partitioner, op: ir.Operation) -> bool:
     gathered = ir.Operation.create(op.name, results=[result_type],
                                    operands=[local_operand, local_indices],
                                    attributes=attributes).results[0]
+    result = gathered if mask is None else _zero_outside(mask, gathered, vector_dim, numbers)
+    p.bind(op.results[0], result, produced[0])
+    p.settle(op.results[0], wanted[0])
+    return True
+
+
+def _zero_outside(mask: ir.Value, gathered: ir.Value, vector_dim: int, numbers) -> ir.Value:
+    """Zero the gathered rows whose index fell outside this device's shard."""
+    result_type = gathered.type
     # The mask covers the batch positions; spread it over the offset dims.
     batch_result_dims = [d for d in range(len(result_type.shape))
                          if d not in set(numbers.offset_dims)]
@@ -107,10 +119,7 @@ def emit_gather(p: Partitioner, op: ir.Operation) -> bool:
     zero = splat(0, result_type) if not isinstance(result_type.element_type, ir.FloatType) \
         else hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
             result_type, ir.FloatAttr.get(result_type.element_type, 0.0))).result
-    result = hlo.SelectOp(mask, gathered, zero).result
-    p.bind(op.results[0], result, produced[0])
-    p.settle(op.results[0], wanted[0])
-    return True
+    return hlo.SelectOp(mask, gathered, zero).result
 
 
 @handles("stablehlo.scatter")

@@ -1,0 +1,87 @@
+"""Gathers partition per device in each of GSPMD's patterns.
+
+Index-parallel lookups (indices split on batch), operand pass-through dims
+(a table split on its embedding dim), ``take_along_axis`` from a
+cross-entropy loss, with the vocabulary whole or split, and its gradient;
+each on 8 CPU devices against the single-device run, with the collectives
+each pattern needs counted from first principles.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stablehlo_spmd as ss
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
+
+
+def _random(*shape, seed=[200]):
+    seed[0] += 1
+    return jnp.asarray(np.random.default_rng(seed[0]).standard_normal(shape), jnp.float32)
+
+
+def _ids(high, *shape):
+    return jnp.asarray(np.random.default_rng(high).integers(0, high, shape), jnp.int32)
+
+
+def _compare(fn, args, mesh, rules):
+    text = ss.export(fn, *args)
+    partitioned = ss.partition(text, mesh, rules)
+    leaves = [np.asarray(x) for x in args]
+    got = ss.run(partitioned, leaves)
+    want = ss.run_single_device(text, leaves)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+    return {kind: len(re.findall(rf'"?stablehlo\.{kind}"?\(', partitioned)) for kind in COLLECTIVES}
+
+
+def _lookup(table, ids):
+    return jnp.take(table, ids, axis=0)
+
+
+def _cross_entropy(logits, labels):
+    log_probs = jax.nn.log_softmax(logits)
+    return -jnp.take_along_axis(log_probs, labels[:, None], axis=1)[:, 0]
+
+
+NOTHING = {kind: 0 for kind in COLLECTIVES}
+
+
+@pytest.mark.parametrize("table_spec, result_spec", [
+    ((None, None), ("data", None, None)),         # index-parallel: each device its rows of ids
+    ((None, "model"), ("data", None, "model")),   # and its columns of the table
+])
+def test_lookups_with_batch_split_indices_need_no_communication(table_spec, result_spec):
+    counts = _compare(_lookup, (_random(32, 16), _ids(32, 8, 6)), "data=4,model=2", [
+        (r"^table$", table_spec), (r"^ids$", ("data", None)), (r"^result$", result_spec)])
+    assert counts == NOTHING
+
+
+def test_take_along_axis_on_batch_split_logits_is_local():
+    counts = _compare(_cross_entropy, (_random(8, 24), _ids(24, 8)), "data=4,model=2", [
+        (r"^logits$", ("data", None)), (r"^labels$", ("data",)), (r"^result$", ("data",))])
+    assert counts == NOTHING
+
+
+def test_take_along_axis_on_a_split_vocabulary():
+    # log_softmax over a split vocabulary needs the max and the sum of
+    # exponentials (two all-reduces); the picked log-probability is a
+    # masked local gather, summed by a third.  Nothing is gathered.
+    counts = _compare(_cross_entropy, (_random(8, 24), _ids(24, 8)), "data=4,model=2", [
+        (r"^logits$", ("data", "model")), (r"^labels$", ("data",)), (r"^result$", ("data",))])
+    assert counts["all_gather"] == 0 and counts["all_to_all"] == 0
+    assert counts["all_reduce"] == 3
+
+
+def test_cross_entropy_gradient_on_a_split_vocabulary():
+    def gradient(logits, labels):
+        return jax.grad(lambda l: jnp.sum(_cross_entropy(l, labels)))(logits)
+
+    counts = _compare(gradient, (_random(8, 24), _ids(24, 8)), "data=4,model=2", [
+        (r"^logits$", ("data", "model")), (r"^labels$", ("data",)),
+        (r"^result$", ("data", "model"))])
+    assert counts["all_gather"] == 0 and counts["all_to_all"] == 0
