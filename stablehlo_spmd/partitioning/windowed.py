@@ -437,9 +437,12 @@ def emit_reduce_window(p: Partitioner, op: ir.Operation):
 @handles("stablehlo.convolution")
 def emit_convolution(p: Partitioner, op: ir.Operation):
     rule = op_rules.rule_for(op)
-    if rule is None or not rule.keeps_attributes:
+    if rule is None:
         return False
     numbers = hlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    groups = _group_factors(op, rule, numbers)
+    if not rule.keeps_attributes and groups is None:
+        return False
     lhs_spatial = list(numbers.input_spatial_dimensions)
     rhs_spatial = list(numbers.kernel_spatial_dimensions)
     out_spatial = list(numbers.output_spatial_dimensions)
@@ -451,6 +454,10 @@ def emit_convolution(p: Partitioner, op: ir.Operation):
     padding = padding_pairs(op, spatial)
 
     def one_split_per_dim(rule, axes):
+        # Devices must hold whole groups: then only the group count changes.
+        for _, _, inner in groups or ():
+            for factor in inner:
+                axes[factor] = ()
         # An lhs spatial dim split both by windows and by the kernel's window
         # has no single halo: keep the window whole there.
         for lhs_dim, rhs_dim in zip(lhs_spatial, rhs_spatial):
@@ -502,7 +509,35 @@ def emit_convolution(p: Partitioner, op: ir.Operation):
                           for i in range(spatial)])
     if attr is not None:
         new_op.attributes["padding"] = attr
+    for count_attr, group, _ in groups or ():
+        if setup.axes[group]:
+            count = ir.IntegerAttr(op.attributes[count_attr]).value
+            new_op.attributes[count_attr] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), count // p.mesh.axes_size(setup.axes[group]))
     _finish(p, op, setup, new_op.results)
+
+
+def _group_factors(op: ir.Operation, rule: OpRule, numbers):
+    """For a grouped convolution: (count attribute, group factor, the
+    per-group factors sharing its dims) for feature and batch groups, or
+    None when the rule has no factor for a group count above 1.  Devices
+    holding whole groups run the same convolution with fewer groups."""
+    found = []
+    for count_attr, lhs_dim in (("feature_group_count", numbers.input_feature_dimension),
+                                ("batch_group_count", numbers.input_batch_dimension)):
+        count = ir.IntegerAttr(op.attributes[count_attr]).value
+        if count == 1:
+            continue
+        out_feature = rule.results[0][numbers.output_feature_dimension]
+        group = next((f for f in rule.operands[0][lhs_dim]
+                      if f in out_feature and rule.factor_sizes[f] == count), None)
+        if group is None:
+            return None
+        inner = {f for dims in (rule.operands[0][lhs_dim],
+                                rule.operands[1][numbers.kernel_output_feature_dimension],
+                                out_feature) for f in dims if f != group}
+        found.append((count_attr, group, tuple(inner)))
+    return found
 
 
 @handles("stablehlo.select_and_scatter")

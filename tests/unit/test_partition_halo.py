@@ -125,3 +125,38 @@ def test_four_stage_pipeline_over_six_microbatches():
     # Nothing is gathered: the finished microbatch is broadcast by its stage.
     assert counts["all_gather"] == 0 and counts["all_to_all"] == 0
     assert counts["collective_permute"] == 1 and counts["all_reduce"] == 1
+
+
+def _depthwise_loss(x, kernel):
+    y = jax.lax.conv_general_dilated(x, kernel, (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                     feature_group_count=x.shape[-1])
+    return jnp.sum(y ** 2)
+
+
+@pytest.mark.parametrize("mesh, x_spec, kernel_spec, expected", [
+    # Batch split: the input gradient is local, the kernel gradient (a
+    # batch-grouped convolution) sums one partial over the batch.
+    ("data=4", ("data", None, None, None), None, {"all_reduce": 1}),
+    # Channels split: every device holds whole groups; nothing moves.
+    ("c=4", (None, None, None, "c"), (None, None, None, "c"), {}),
+    # Rows split: halos for the convolutions, one partial kernel gradient.
+    ("h=4", (None, "h", None, None), None, {"all_reduce": 1, "collective_permute": 6}),
+])
+def test_depthwise_convolution_and_its_gradients(mesh, x_spec, kernel_spec, expected):
+    rules = [(r"^x$", x_spec)] + ([(r"^kernel$", kernel_spec)] if kernel_spec else [])
+    _, counts = _compare(jax.value_and_grad(_depthwise_loss, argnums=(0, 1)),
+                         (_random(4, 8, 8, 8), _random(3, 3, 1, 8)), mesh, rules,
+                         rtol=1e-4, atol=1e-3)
+    moved = {kind: count for kind, count in counts.items() if count}
+    # The loss itself is a sum over the split dims: one more all-reduce.
+    assert moved.pop("all_reduce", 0) == expected.pop("all_reduce", 0) + 1
+    assert moved == expected
+
+
+def test_convolution_with_split_output_features_is_local():
+    args = (_random(4, 8, 8, 8), _random(3, 3, 8, 16))
+    _, counts = _compare(_conv, args, "m=4", [(r"^kernel$", (None, None, None, "m")),
+                                              (r"^result$", (None, None, None, "m"))],
+                         rtol=1e-4, atol=1e-4)
+    assert not any(counts.values())
