@@ -124,8 +124,9 @@ def _zero_outside(mask: ir.Value, gathered: ir.Value, vector_dim: int, numbers) 
 
 @handles("stablehlo.scatter")
 def emit_scatter(p: Partitioner, op: ir.Operation) -> bool:
-    """A scatter-add into an operand sharded on indexed dims, with updates
-    split along their scatter dims: a local scatter-add per device.
+    """A scatter-add per device: into the device's columns of an operand
+    split on pass-through dims, from its share of updates split along their
+    scatter dims, and into its rows of an operand split on indexed dims.
 
     Indices are shifted into the device's shard; an update whose index
     falls outside it is out of bounds there, and scatter skips those (no
@@ -173,8 +174,6 @@ def emit_scatter(p: Partitioner, op: ir.Operation) -> bool:
         components.append(component)
     partial_axes = tuple(a for f, kind in enumerate(rule.factor_kinds)
                          if kind is FactorKind.REDUCTION for a in axes[f])
-    if not shifted and not partial_axes:
-        return False  # nothing split: the rule-free path is as good
     if shifted:
         local_indices = (hlo.ConcatenateOp(components, vector_dim).result
                          if vector_dim < len(indices_shape) else components[0])

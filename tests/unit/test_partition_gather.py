@@ -85,3 +85,22 @@ def test_cross_entropy_gradient_on_a_split_vocabulary():
         (r"^logits$", ("data", "model")), (r"^labels$", ("data",)),
         (r"^result$", ("data", "model"))])
     assert counts["all_gather"] == 0 and counts["all_to_all"] == 0
+
+
+def _scatter_add(table, ids, updates):
+    return table.at[ids].add(updates)
+
+
+@pytest.mark.parametrize("table_spec, updates_spec, expected_all_reduces", [
+    # Updates split on batch: each device adds its share; one sum.
+    ((None, None), ("data", None, None), 1),
+    # And the table split on its embedding dim: each its own columns.
+    ((None, "model"), ("data", None, "model"), 1),
+    # Updates whole on batch, table and updates split on columns: local.
+    ((None, "model"), (None, None, "model"), 0),
+])
+def test_scatter_add_strategies(table_spec, updates_spec, expected_all_reduces):
+    counts = _compare(_scatter_add, (_random(32, 16), _ids(32, 8, 6), _random(8, 6, 16)),
+                      "data=4,model=2", [(r"^table$", table_spec), (r"^updates$", updates_spec),
+                                         (r"^result$", table_spec)])
+    assert counts == {**NOTHING, "all_reduce": expected_all_reduces}
