@@ -1,6 +1,6 @@
 """Our partitioned programs against XLA's own partitioning of the same functions.
 
-    python3 benchmarks/compare_xla.py > benchmarks/results/compare_xla.txt   # the saved run
+    python3 benchmarks/compare_xla.py --all > benchmarks/results/compare_xla.txt   # the saved run
     python3 benchmarks/compare_xla.py --workloads megatron-mlp uvw --repeat 200
     python3 benchmarks/compare_xla.py --dump-hlo /tmp/hlo     # also write both optimized HLOs
 
@@ -54,9 +54,18 @@ examples/transformer_rules.toml.  For each workload:
 6. Numerics: every output of ours is checked against XLA's (allclose, with
    the tolerances the tests use), so the comparison is between equal programs.
 
-Printed: the main table, the memory table, the largest differences between
-the two programs' outputs, and each program's collectives with their
-per-device shapes, groups and bytes.
+7. Pass time: ours, each of annotate, propagate and partition (with
+   canonicalize and cse) timed apart on one parsed module, median of 3, and
+   ``runtime.compile``; XLA, ``jit(...).lower`` and ``.compile()``, one call
+   each (XLA's partitioner runs inside compile and is not timed apart).
+
+Printed: the main table, pass and compile times, the memory table, the
+largest differences between the two programs' outputs, and each program's
+collectives with their per-device shapes, groups and bytes.  ``--all`` runs
+every workload and also writes benchmarks/results/latest.md (header with
+date, versions, devices and the command; one table; each workload's
+collectives) and latest.png (bytes and step ratios per workload), through
+benchmarks/report.py; matplotlib is needed for the chart only.
 """
 
 from __future__ import annotations
@@ -70,9 +79,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
+import datetime  # noqa: E402
 import math  # noqa: E402
 import pathlib  # noqa: E402
 import re  # noqa: E402
+import shlex  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -82,9 +93,12 @@ from typing import Any, Callable  # noqa: E402
 import jax  # noqa: E402  (after XLA_FLAGS)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from report import (  # noqa: E402  (benchmarks/report.py, beside this script)
+    COLLECTIVE_KINDS, Collective, Memory, PassTimes, Row, RunInfo, print_text, write_report)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEVICES = 8
+REPORT_DIR = ROOT / "benchmarks" / "results"
 
 
 # ------------------------------------------------------------------ workloads
@@ -199,26 +213,11 @@ def _workloads() -> list[Workload]:
 
 # ------------------------------------------------------------------ HLO collectives
 
-COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-                    "collective-permute")
-_SHORT = {"all-reduce": "AR", "all-gather": "AG", "reduce-scatter": "RS", "all-to-all": "A2A",
-          "collective-permute": "CP"}
 _DTYPE_BYTES = {"pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2,
                 "s32": 4, "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8,
                 "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1, "token": 0}
 _ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
-
-
-@dataclasses.dataclass(frozen=True)
-class Collective:
-    kind: str
-    shape: str        # the per-device operand shape(s)
-    group: int        # p
-    bytes: float      # per device, DESIGN.md's cost table
-
-    def describe(self) -> str:
-        return f"{self.kind:<18} {self.shape:<34} p={self.group:<2} {_fmt_bytes(self.bytes):>9}"
 
 
 def _shape_bytes(shape: str) -> int:
@@ -329,21 +328,6 @@ def collectives(hlo_text: str, devices: int) -> list[Collective]:
     return found
 
 
-def _counts(found: list[Collective]) -> str:
-    parts = []
-    for kind in COLLECTIVE_KINDS:
-        count = sum(c.kind == kind for c in found)
-        if count:
-            parts.append(f"{count}{_SHORT[kind]}")
-    return " ".join(parts) or "none"
-
-
-def _fmt_bytes(value: float) -> str:
-    if value < 1024:
-        return f"{value:.0f} B"
-    return f"{value / 1024:.1f} KiB"
-
-
 # ------------------------------------------------------------------ shardings
 
 
@@ -382,34 +366,8 @@ def _rule_specs(text: str, mesh, rules) -> tuple[list, list]:
 # ------------------------------------------------------------------ one workload
 
 
-@dataclasses.dataclass
-class Row:
-    name: str
-    ours: list[Collective]
-    xla: list[Collective]
-    ours_ms: float
-    xla_ms: float
-    ours_exec_ms: float | None
-    xla_exec_ms: float | None
-    partition_ms: float
-    ours_memory: Any          # through a public Executable.memory_analysis(), if there is one
-    ours_private_memory: Any  # through the Executable's private PJRT executable
-    xla_memory: Any
-    max_error: float
-
-
 def _block(outputs):
     return jax.block_until_ready(outputs)
-
-
-def _memory(stats) -> str:
-    if stats is None:
-        return "n/a"
-    total = (stats.argument_size_in_bytes + stats.output_size_in_bytes
-             + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
-    return (f"args {_fmt_bytes(stats.argument_size_in_bytes)}, out "
-            f"{_fmt_bytes(stats.output_size_in_bytes)}, temp {_fmt_bytes(stats.temp_size_in_bytes)}"
-            f", total {_fmt_bytes(total)}")
 
 
 def run_workload(workload: Workload, repeat: int, unmatched: str, show_hlo: bool) -> Row:
@@ -433,7 +391,10 @@ def run_workload(workload: Workload, repeat: int, unmatched: str, show_hlo: bool
             start = time.perf_counter()
             partitioned = ss.partition(text, mesh, rule_set)
             partition_times.append(time.perf_counter() - start)
+        passes = _pass_times(text, rule_set, statistics.median(partition_times) * 1e3)
+    start = time.perf_counter()
     executable = runtime.compile(partitioned)
+    ours_compile_ms = (time.perf_counter() - start) * 1e3
 
     # 2. XLA, with the same rules
     jax_mesh = _jax_mesh(mesh)
@@ -491,7 +452,12 @@ def run_workload(workload: Workload, repeat: int, unmatched: str, show_hlo: bool
     jitted = jax.jit(with_constraints if constrained else fn, keep_unused=True,
                      in_shardings=jax.tree_util.tree_unflatten(in_tree, in_shardings),
                      out_shardings=_with_none_leaves(out_tree, out_shardings))
-    compiled = jitted.lower(*args).compile()
+    start = time.perf_counter()
+    lowered = jitted.lower(*args)
+    xla_lower_ms = (time.perf_counter() - start) * 1e3
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    xla_compile_ms = (time.perf_counter() - start) * 1e3
 
     # 3. collectives
     ours_text, xla_text = executable.compiled_text(), compiled.as_text()
@@ -523,7 +489,7 @@ def run_workload(workload: Workload, repeat: int, unmatched: str, show_hlo: bool
     # the difference is the programs', not the Python around them.  XLA's comes from the
     # public Compiled.runtime_executable(); ours from the Executable's private `_loaded`.
     xla_flat = jax.tree_util.tree_leaves(xla_inputs)
-    ours_loaded = getattr(executable, "_loaded", None)
+    ours_loaded = executable._loaded
     xla_loaded = compiled.runtime_executable()
 
     def ours_exec():
@@ -532,9 +498,8 @@ def run_workload(workload: Workload, repeat: int, unmatched: str, show_hlo: bool
     def xla_exec():
         return xla_loaded.execute_sharded(xla_flat).disassemble_into_single_device_arrays()
 
-    calls = {"ours": lambda: executable(*ours_inputs), "xla": lambda: compiled(*xla_inputs)}
-    if ours_loaded is not None:
-        calls.update({"ours exec": ours_exec, "xla exec": xla_exec})
+    calls = {"ours": lambda: executable(*ours_inputs), "xla": lambda: compiled(*xla_inputs),
+             "ours exec": ours_exec, "xla exec": xla_exec}
     for _ in range(3):
         for call in calls.values():
             _block(call())
@@ -547,17 +512,39 @@ def run_workload(workload: Workload, repeat: int, unmatched: str, show_hlo: bool
     ms = {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
     # 5. memory
-    ours_stats = executable.memory_analysis() if hasattr(executable, "memory_analysis") else None
-    private_stats = (ours_loaded.get_compiled_memory_stats()
-                     if ours_stats is None and ours_loaded is not None else None)
     try:
         xla_stats = compiled.memory_analysis()
     except Exception:  # noqa: BLE001  (not every backend has it)
         xla_stats = None
 
     return Row(workload.name, ours_found, xla_found, ms["ours"], ms["xla"],
-               ms.get("ours exec"), ms.get("xla exec"), statistics.median(partition_times) * 1e3,
-               ours_stats, private_stats, xla_stats, max_error)
+               ms["ours exec"], ms["xla exec"], passes, ours_compile_ms, xla_lower_ms,
+               xla_compile_ms, Memory.from_stats(executable.memory_analysis()),
+               Memory.from_stats(xla_stats), max_error)
+
+
+def _pass_times(text: str, rule_set, pipeline_ms: float, repeat: int = 3) -> PassTimes:
+    """Each pass of ss.partition timed apart, on one parsed module (median of `repeat`)."""
+    from stablehlo_spmd import diagnostics
+    from stablehlo_spmd.ir import make_context, parse_module
+    from stablehlo_spmd.passes.annotate import AnnotatePass
+    from stablehlo_spmd.passes.partition import PartitionPass
+    from stablehlo_spmd.passes.propagate import PropagatePass
+    from stablehlo_spmd.pipeline import Pipeline, run_pipeline
+
+    stages = {"annotate": (AnnotatePass(rules=rule_set),), "propagate": (PropagatePass(),),
+              "partition": (PartitionPass(), "canonicalize", "cse")}
+    times: dict[str, list[float]] = {name: [] for name in stages}
+    for _ in range(repeat):
+        with make_context() as context, diagnostics.collecting():
+            module = parse_module(text, "<input>", context)
+            for name, elements in stages.items():
+                start = time.perf_counter()
+                if not run_pipeline(module, Pipeline(elements)):
+                    raise RuntimeError(f"{name} failed")
+                times[name].append(time.perf_counter() - start)
+    median = {name: statistics.median(values) * 1e3 for name, values in times.items()}
+    return PassTimes(median["annotate"], median["propagate"], median["partition"], pipeline_ms)
 
 
 def _gspmd(sharding, ndim: int):
@@ -575,72 +562,47 @@ def _with_none_leaves(tree, leaves):
     return jax.tree_util.tree_map(lambda x: None if x is placeholder else x, filled)
 
 
-# ------------------------------------------------------------------ report
+def run_info(repeat: int, unmatched: str) -> RunInfo:
+    import jaxlib
+    script = pathlib.Path(sys.argv[0]).resolve()
+    try:
+        script = script.relative_to(pathlib.Path.cwd())
+    except ValueError:
+        pass
+    command = " ".join(shlex.quote(part) for part in ["python3", str(script), *sys.argv[1:]])
+    return RunInfo(
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        jax_version=jax.__version__, jaxlib_version=jaxlib.__version__,
+        devices=jax.device_count(), platform=jax.devices()[0].platform, command=command,
+        repeat=repeat, unmatched=unmatched, revision=_revision())
 
 
-def _ratio(a: float, b: float) -> str:
-    if b == 0:
-        return "=" if a == 0 else "inf"
-    return f"{a / b:.2f}"
+def _revision() -> str:
+    """The commit measured, and whether the measured code differs from it."""
+    import subprocess
 
+    def git(*arguments):
+        return subprocess.run(["git", "-C", str(ROOT), *arguments], capture_output=True,
+                              text=True, check=False)
 
-def print_report(rows: list[Row], repeat: int, unmatched: str) -> None:
-    header = ("workload", "coll ours", "coll XLA", "bytes ours", "bytes XLA", "bytes o/x",
-              "step ms ours", "step ms XLA", "step o/x", "exec ms ours", "exec ms XLA",
-              "exec o/x", "partition ms")
-    table = []
-    for row in rows:
-        ours_bytes = sum(c.bytes for c in row.ours)
-        xla_bytes = sum(c.bytes for c in row.xla)
-        exec_cells = (("n/a",) * 3 if row.ours_exec_ms is None else
-                      (f"{row.ours_exec_ms:.3f}", f"{row.xla_exec_ms:.3f}",
-                       _ratio(row.ours_exec_ms, row.xla_exec_ms)))
-        table.append((row.name, _counts(row.ours), _counts(row.xla), _fmt_bytes(ours_bytes),
-                      _fmt_bytes(xla_bytes), _ratio(ours_bytes, xla_bytes),
-                      f"{row.ours_ms:.3f}", f"{row.xla_ms:.3f}", _ratio(row.ours_ms, row.xla_ms),
-                      *exec_cells, f"{row.partition_ms:.1f}"))
-    widths = [max(len(str(r[i])) for r in table + [header]) for i in range(len(header))]
-    print(f"ours (stablehlo_spmd) vs XLA (jax.jit: Shardy + GSPMD partitioner), {DEVICES} CPU "
-          f"host devices, jax {jax.__version__}, median of {repeat} alternating runs, "
-          f"unmatched results: {unmatched}")
-    print("coll: AR all-reduce, AG all-gather, RS reduce-scatter, A2A all-to-all, CP "
-          "collective-permute (counted in the optimized HLO); bytes: per device, DESIGN.md "
-          "cost table")
-    print("step: public call (Executable.__call__ / Compiled.__call__); exec: both through "
-          "PJRT execute_sharded; partition: ss.partition (annotate+propagate+partition), "
-          "median of 3")
-    line = " | ".join(h.ljust(w) if i < 3 else h.rjust(w)
-                      for i, (h, w) in enumerate(zip(header, widths)))
-    print(line)
-    print("-" * len(line))
-    for r in table:
-        print(" | ".join(str(c).ljust(w) if i < 3 else str(c).rjust(w)
-                         for i, (c, w) in enumerate(zip(r, widths))))
-    print()
-    print("per-device memory (compiled memory analysis: Executable.memory_analysis() for ours, "
-          "Compiled.memory_analysis() for XLA):")
-    for row in rows:
-        print(f"  {row.name:<20} ours: {_memory(row.ours_memory)}")
-        print(f"  {'':<20} XLA:  {_memory(row.xla_memory)}")
-    print()
-    print("numerics: every output of ours allclose to XLA's; max |ours - XLA|:")
-    print("  " + ", ".join(f"{row.name} {row.max_error:.1e}" for row in rows))
-    print()
-    print("collectives in each compiled program (per-device operand shapes, group size, bytes)")
-    for row in rows:
-        print(f"  {row.name}")
-        for side, found in (("ours", row.ours), ("XLA ", row.xla)):
-            if not found:
-                print(f"    {side}: none")
-            for c in found:
-                print(f"    {side}: {c.describe()}")
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode != 0:
+        return ""
+    changed = git("status", "--porcelain", "--", "stablehlo_spmd", "examples").stdout.strip()
+    return head.stdout.strip() + (" with uncommitted changes to stablehlo_spmd/ or examples/"
+                                  if changed else "")
 
 
 def main() -> None:
     names = [w.name for w in _workloads()]
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--workloads", nargs="+", choices=names, default=names,
-                        metavar="NAME", help=f"which workloads (default: all of {' '.join(names)})")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--workloads", nargs="+", choices=names, default=names,
+                       metavar="NAME", help=f"which workloads (default: all of {' '.join(names)})")
+    which.add_argument("--all", action="store_true",
+                       help="every workload, and write the report: "
+                            f"{REPORT_DIR.relative_to(ROOT)}/latest.md and latest.png "
+                            "(the chart needs matplotlib: pip install '.[report]')")
     parser.add_argument("--repeat", type=int, default=50,
                         help="timed runs of each executable per workload (default 50)")
     parser.add_argument("--unmatched", choices=("ours", "replicated", "xla"), default="ours",
@@ -651,16 +613,21 @@ def main() -> None:
     options = parser.parse_args()
     if len(jax.devices()) < DEVICES:
         raise SystemExit(f"need {DEVICES} devices; XLA_FLAGS was set too late")
+    jax.block_until_ready(jax.jit(lambda x: x + 1)(1.0))   # the backend's one-time start-up
 
     rows = []
     for workload in _workloads():
-        if workload.name not in options.workloads:
+        if not options.all and workload.name not in options.workloads:
             continue
         start = time.perf_counter()
         rows.append(run_workload(workload, options.repeat, options.unmatched, options.dump_hlo))
         print(f"  {workload.name}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr,
               flush=True)
-    print_report(rows, options.repeat, options.unmatched)
+    info = run_info(options.repeat, options.unmatched)
+    print_text(rows, info)
+    if options.all:
+        for path in write_report(REPORT_DIR, rows, info):
+            print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
 
 
 if __name__ == "__main__":
