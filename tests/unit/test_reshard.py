@@ -19,6 +19,8 @@ from stablehlo_spmd.reshard import (ReshardError, Step, axis_coordinate, plan, p
                                     replica_groups, shard_offsets)
 from stablehlo_spmd.sharding import Sharding
 
+from mesh_strategies import meshes
+
 REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 ELEMENT_BYTES = 8  # the simulator works on int64, so sums are exact
 
@@ -163,14 +165,6 @@ def check_plan(source, target, global_array, rng):
 
 # ------------------------------------------------------------ strategies
 
-MESH_SHAPES = [(2,), (4,), (8,), (2, 2), (4, 2), (2, 4), (2, 2, 2), (8, 1), (2, 1, 4)]
-
-
-@st.composite
-def meshes(draw):
-    shape = draw(st.sampled_from(MESH_SHAPES))
-    order = draw(st.permutations(range(math.prod(shape))))
-    return Mesh(tuple(order), shape, ("a", "b", "c")[:len(shape)])
 
 
 @st.composite

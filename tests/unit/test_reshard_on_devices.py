@@ -24,20 +24,13 @@ from hypothesis import strategies as st
 
 from stablehlo_spmd import runtime
 from stablehlo_spmd.api import run_passes
-from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import mesh_attr_text
 from stablehlo_spmd.reshard import plan, plan_cost
 from stablehlo_spmd.sharding import Sharding
 
-MESH_SHAPES = [(2,), (4,), (8,), (2, 2), (4, 2), (2, 4), (2, 2, 2), (2, 1, 4)]
+from mesh_strategies import meshes
+
 ELEMENT_BYTES = 4  # i32: exact, and a size the cost table prices
-
-@st.composite
-def meshes(draw):
-    shape = draw(st.sampled_from(MESH_SHAPES))
-    order = draw(st.permutations(range(math.prod(shape))))
-    return Mesh(tuple(order), shape, ("a", "b", "c")[:len(shape)])
-
 
 @st.composite
 def layouts(draw, mesh, rank):
