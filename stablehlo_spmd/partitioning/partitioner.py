@@ -64,6 +64,8 @@ def handles(*op_names: str) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of `op_names`."""
     def register(handler: Handler) -> Handler:
         for name in op_names:
+            # One handler an op: a second would silently win by import order.
+            assert name not in HANDLERS, f"{name} already handled by {HANDLERS[name].__name__}"
             HANDLERS[name] = handler
         return handler
     return register

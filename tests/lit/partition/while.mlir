@@ -1,12 +1,5 @@
 // RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate --spmd-partition | FileCheck %s
 
-// KNOWN FAILURE (partitioner bug, reported): a while loop carrying a sharded
-// value.  Today spmd-partition fails with "expect operands to be compatible
-// with condition block arguments": `stablehlo.while` has no op rule (only
-// ties), so `_emit` sends it to `_emit_replicated`, which gathers the
-// operands and keeps global result types, while `_clone_region` gives the
-// cond/body block arguments the per-device types of the carry shardings.
-
 // Propagation ties the carry's operand, block arguments, yielded value and
 // result: all row-sharded like %a (the counter is a replicated scalar).  So
 // the loop should run on the per-device 2x8 block as it is: the carries are
