@@ -217,7 +217,8 @@ def _dtype_table() -> dict[str, np.dtype]:
             table[f"ui{bits}"] = np.dtype(f"uint{bits}")
         for name in dir(ml_dtypes):
             match = re.fullmatch(r"(u?)int(\d)", name)
-            if match and hasattr(ml_dtypes, name):
+            # i1 is StableHLO's boolean, not ml_dtypes' 1-bit integer.
+            if match and hasattr(ml_dtypes, name) and match.group(2) != "1":
                 signed = "u" if match.group(1) else ""
                 table[f"{signed}i{match.group(2)}"] = np.dtype(getattr(ml_dtypes, name))
                 if not signed:

@@ -542,3 +542,19 @@ def test_run_files_keeps_bfloat16(tmp_path):
     assert out.dtype == jnp.bfloat16
     np.testing.assert_allclose(out.astype(np.float32),
                                (np.tanh(x.astype(np.float32)) * 2), rtol=2e-2, atol=2e-2)
+
+
+def test_boolean_arguments_are_numpy_bools():
+    # StableHLO's i1 is a boolean: numpy bool arrays and scalars feed it.
+    select = """
+    module @select {
+      func.func public @main(%arg0: tensor<3xi1>, %arg1: tensor<3xf32>) -> tensor<3xf32> {
+        %0 = stablehlo.negate %arg1 : tensor<3xf32>
+        %1 = stablehlo.select %arg0, %arg1, %0 : tensor<3xi1>, tensor<3xf32>
+        return %1 : tensor<3xf32>
+      }
+    }
+    """
+    flags = np.array([True, False, True])
+    (out,) = runtime.run_single_device(select, [flags, np.ones(3, np.float32)])
+    np.testing.assert_array_equal(np.asarray(out), [1.0, -1.0, 1.0])
