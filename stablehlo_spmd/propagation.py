@@ -13,7 +13,10 @@ How a node propagates (Shardy's factor propagation):
 2. *Resolve*: per factor, the candidates from all tensors agree when one is
    a prefix of another (the longest wins); otherwise the one from the larger
    tensor wins, ties going to the first.  An axis can serve one factor only,
-   the factor whose winner came from the larger tensor keeping it.
+   the factor with the larger claim keeping it: a claim is the size of the
+   tensor its winner came from (what the losing layout costs to move), less,
+   for a REDUCTION factor whose source could cheaply hand the axis to its
+   contender, what summing the partial result it would leave costs.
    NEED_REPLICATION factors take no axes.
 3. *Refine*: each tensor dimension may only grow: its axes become the
    factors' axes when its current axes are a prefix of them.  User shardings
@@ -25,11 +28,17 @@ How a node propagates (Shardy's factor propagation):
    reduction at once (``mhlo.sharding`` has no spelling for a pending max,
    and nothing downstream is linear in one).
 
-Nodes run from a worklist until nothing changes, in three stages as the
+Nodes run from a worklist until nothing changes, in four stages as the
 issue and Shardy's op-priority propagation order them: element-wise ops and
-ties first, then every op except broadcasts in the forward direction, then
-everything.  Every change only extends a sharding, so it terminates, and the
-work is linear in the graph times the (small) number of refinements.
+ties first; then every op except broadcasts forward only (results refined,
+operands left alone); then every op, broadcasts only backward; then
+everything.  The forward-only stage lets each value hear from its own
+producers before any consumer imposes a sharding on it backward: a consumer
+that reached first would seat its own layout on the value and the value's
+real layout, arriving later, would find its axes taken (XLA and Shardy both
+prefer forward propagation for the same reason).  Every change only extends
+a sharding, so it terminates, and the work is linear in the graph times the
+(small) number of refinements.
 
 Each value remembers the node and the neighbouring value its sharding came
 from, so `explain` can walk the chain back to the user's annotation.
@@ -78,7 +87,7 @@ class Origin:
 
 
 class Propagator:
-    STAGES = ("pass-through", "all-but-broadcast-forward", "all")
+    STAGES = ("pass-through", "forward", "all-but-broadcast-forward", "all")
 
     def __init__(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]], nodes: Sequence[Node]):
         self.mesh = mesh
@@ -118,11 +127,11 @@ class Propagator:
     # ---------------------------------------------------------------- run
 
     def run(self) -> None:
-        for stage in range(len(self.STAGES)):
+        for stage in self.STAGES:
             active = [i for i, node in enumerate(self.nodes) if self._in_stage(node, stage)]
             self._run_stage(active, stage)
         if self._choose_where_to_sum():
-            self._run_stage(list(range(len(self.nodes))), len(self.STAGES) - 1)
+            self._run_stage(list(range(len(self.nodes))), self.STAGES[-1])
 
     # ------------------------------------------------- where partials are summed
 
@@ -194,23 +203,32 @@ class Propagator:
                     sites.add(value)
         return sorted(sites)
 
-    def _in_stage(self, node: Node, stage: int) -> bool:
-        return stage > 0 or node.is_tie or node.rule.elementwise
+    @staticmethod
+    def _in_stage(node: Node, stage: str) -> bool:
+        if stage == "pass-through":
+            return node.is_tie or node.rule.elementwise
+        if stage == "forward":  # a broadcast has no forward step before the last stage
+            return not node.is_broadcast
+        return True
 
-    def _run_stage(self, active: list[int], stage: int) -> None:
+    def _run_stage(self, active: list[int], stage: str) -> None:
         active_set = set(active)
-        if stage == 2:  # broadcasts may now propagate forward too
+        last = stage == "all"
+        if last:  # broadcasts may now propagate forward too
             self._dirty.update(i for i in active if self.nodes[i].is_broadcast)
         queue = collections.deque(i for i in active if i in self._dirty)
         queued = set(queue)
         dirty = self._dirty
+        forward_only = stage == "forward"
         while queue:
             index = queue.popleft()
             queued.discard(index)
             dirty.discard(index)
             node = self.nodes[index]
-            forward_allowed = not (node.is_broadcast and stage == 1)
-            for value in self._propagate(index, forward_allowed):
+            forward_allowed = last or not node.is_broadcast
+            # A tie is an identity with no direction: it runs both ways always.
+            backward_allowed = not forward_only or node.is_tie
+            for value in self._propagate(index, forward_allowed, backward_allowed):
                 for user in self.users[value]:
                     if user != index:
                         dirty.add(user)
@@ -220,7 +238,14 @@ class Propagator:
 
     # ------------------------------------------------------ one node's step
 
-    def _propagate(self, index: int, forward_allowed: bool) -> list[int]:
+    def _propagate(self, index: int, forward_allowed: bool,
+                   backward_allowed: bool = True) -> list[int]:
+        """One node's step: the values it changed.
+
+        Without `backward_allowed` the operands are left as they are; a node
+        that would have refined one stays dirty, so the next stage that lets
+        it run backward takes the step up again.
+        """
         node = self.nodes[index]
         rule = node.rule
         tensors = [(v, dims) for v, dims in zip(node.operands, rule.operands)] + \
@@ -233,7 +258,15 @@ class Propagator:
         changed = []
         operand_count = len(node.operands)
         for position, (value, dim_factors) in enumerate(tensors):
-            if value == NO_VALUE or (position >= operand_count and not forward_allowed):
+            if value == NO_VALUE:
+                continue
+            if position < operand_count:
+                if not backward_allowed:
+                    if index not in self._dirty and \
+                            self._refine(value, dim_factors, rule, winners, index, commit=False):
+                        self._dirty.add(index)
+                    continue
+            elif not forward_allowed:
                 continue
             if self._refine(value, dim_factors, rule, winners, index):
                 changed.append(value)
@@ -269,8 +302,11 @@ class Propagator:
                     elif weight > current[1]:
                         best[factor] = (factor_axes, weight, value)
         kinds = rule.factor_kinds
+        claims = [weight for _, weight, _ in best]
+        if rule.reduction is not None:
+            self._charge_reductions(rule, tensors, best, claims)
         order = sorted((f for f in range(rule.num_factors) if best[f][0]),
-                       key=lambda f: (-best[f][1], f))
+                       key=lambda f: (-claims[f], f))
         used: set[str] = set()
         for factor in order:
             axes, weight, source = best[factor]
@@ -286,7 +322,52 @@ class Propagator:
             best[factor] = (tuple(kept), weight, source)
         return best
 
-    def _refine(self, value: int, dim_factors, rule: OpRule, winners, node_index: int) -> bool:
+    def _charge_reductions(self, rule: OpRule, tensors, best, claims: list[int]) -> None:
+        """Lower a REDUCTION factor's claim by the sum it would leave, where that decides.
+
+        A claim stands for what keeping the axis saves: the layout of the
+        tensor the candidate came from would otherwise have to change, at a
+        cost that grows with its size.  A REDUCTION factor that keeps an axis
+        also leaves every result partial over it, and summing a partial R over
+        p devices moves 2|R|(p-1)/p elements per device, 2|R|(p-1) in all
+        (the all-reduce `sum_cost` counts); a pass-through factor that keeps
+        it leaves the result split instead.  The sum is charged when every
+        factor contesting the axis is one of the source tensor's own dims:
+        losing the axis then only moves that tensor from one of its dims to
+        another, one all-to-all, and the sum is the larger cost.  (GShard's
+        combine einsum ``gte,egd->gtd``: the expert outputs move from e to
+        the group dim g, where seating the axis on e would all-reduce the
+        whole output.)  When the source lacks a contender's dim, losing would
+        gather it whole, a cost of the order of the sum, and sizes decide as
+        before.  Only contested axes are affected: the order of uncontested
+        factors changes nothing.
+        """
+        kinds = rule.factor_kinds
+        result_elements = None
+        for factor, kind in enumerate(kinds):
+            axes, _, source = best[factor]
+            if kind is not FactorKind.REDUCTION or not axes:
+                continue
+            contenders = {other for other, (other_axes, _, _) in enumerate(best)
+                          if other != factor and kinds[other] is not FactorKind.NEED_REPLICATION
+                          and not set(axes).isdisjoint(other_axes)}
+            if not contenders:
+                continue
+            own = {f for value, dim_factors in tensors if value == source
+                   for factors in dim_factors for f in factors}
+            if not contenders <= own:
+                continue
+            if result_elements is None:
+                result_elements = sum(self.sizes[value] for value, _ in
+                                      tensors[len(rule.operands):] if value != NO_VALUE)
+            claims[factor] -= 2 * result_elements * (_product(self.axis_size, axes) - 1)
+
+    def _refine(self, value: int, dim_factors, rule: OpRule, winners, node_index: int,
+                commit: bool = True) -> bool:
+        """Grow `value`'s dims toward the winners; whether anything grew.
+
+        With ``commit=False`` nothing is changed: it only says whether it would.
+        """
         state = self.states[value]
         sizes = rule.factor_sizes
         used = None
@@ -327,6 +408,8 @@ class Propagator:
                 source = next((winners[f][2] for f in factors if winners[f][0]), NO_VALUE)
         if new_dims is None:
             return False
+        if not commit:
+            return True
         state.dims = new_dims
         self.origins[value] = Origin(node=node_index, source=source)
         return True

@@ -195,10 +195,21 @@ def test_moe_layer_exchanges_tokens_with_all_to_all():
     # Token groups split over the expert axis and experts split over it too:
     # dispatch and combine move tokens to their experts and back by
     # all-to-all (GShard), never gathering the experts' weights.
+    # By hand, from the shapes: x [g=8, t=4, d=16] is split on its group g,
+    # the experts' weights on e (8 experts, one a device).  The gate and the
+    # softmax are per token, local.  Dispatch `gte,gtd->egd` yields expert
+    # inputs split on g; the experts need them split on e: one all-to-all.
+    # The expert MLPs are local.  Combine `gte,egd->gtd` has dispatch*probs
+    # split on g and the expert outputs on e: the outputs go back to g (one
+    # all-to-all) and the combine runs per group, its result [8,4,16] split
+    # on g.  Seating the axis on the contracted e instead would leave that
+    # whole result partial and all-reduce it: no all-reduce, no gather.
     args = ({"gate": _random(16, 8), "w_in": _random(8, 16, 32), "w_out": _random(8, 32, 16)},
             _random(8, 4, 16))
-    _, counts = _partition_and_compare(_workload("moe_layer"), args, "expert=8", [
+    partitioned, counts = _partition_and_compare(_workload("moe_layer"), args, "expert=8", [
         (r"w_(in|out)'\]$", ("expert", None, None)), (r"gate", (None, None)),
         (r"^x$", ("expert", None, None))], rtol=1e-4, atol=1e-4)
-    assert counts["all_to_all"] >= 2
-    assert counts["all_gather"] == 0
+    assert counts == {"all_reduce": 0, "all_gather": 0, "reduce_scatter": 0, "all_to_all": 2,
+                      "collective_permute": 0}
+    # Each device returns its own token group of the result: [1, 4, 16].
+    assert re.search(r"sdy\.return %\S+ : tensor<1x4x16xf32>", partitioned)
