@@ -118,6 +118,15 @@ class Emitter:
         shape = _shape(value)
         shape[split_dim] = _exact_split(shape[split_dim], count, "all_to_all")
         shape[concat_dim] *= count
+        if _defined_by(value, "stablehlo.pad") and _defined_by(value.owner.operands[0],
+                                                                "stablehlo.transpose"):
+            # XLA's CPU compiler (jaxlib 0.10) splits an all_to_all into one
+            # operand per block; a block that is all padding becomes a
+            # broadcast, the transposed ones get another layout, and XLA
+            # rejects its own all_to_all ("operands with different shapes").
+            # Plain JAX does the same (tests/differential/test_regressions.py).
+            # The barrier keeps the blocks slices of one value.
+            value = stablehlo.OptimizationBarrierOp([value]).results[0]
         # all_to_all has no use_global_device_ids: with a channel, its groups
         # are partition ids, which are the mesh's device ids here.
         return stablehlo.AllToAllOp([value], split_dim, concat_dim, count, self._groups(axes),
@@ -129,6 +138,14 @@ class Emitter:
                            source_target_pairs: Sequence[tuple[int, int]]) -> ir.Value:
         """Devices that no pair targets receive zeros, as StableHLO defines it."""
         pairs = [list(pair) for pair in source_target_pairs]
+        if not pairs:
+            # Nobody sends (e.g. a halo from farther than the mesh reaches):
+            # every device receives zeros, and an empty pair list has no
+            # tensor<0x2xi64> literal to spell it anyway.
+            element = _element_type(value)
+            return stablehlo.BroadcastInDimOp(value.type, stablehlo.ConstantOp(
+                cached_attr(f"dense<{_zero_text(element)}> : tensor<{element}>",
+                            self.context)).result, []).result
         attr = cached_attr(f"dense<{pairs}> : tensor<{len(pairs)}x2xi64>", self.context)
         return stablehlo.CollectivePermuteOp(value, attr, channel_handle=self._channel(),
                                              results=[value.type]).results[0]
@@ -490,6 +507,11 @@ def _within_one_shard(shard_size: int, offset: int, length: int, step: int) -> b
 
 
 # ------------------------------------------------------------ types
+
+def _defined_by(value: ir.Value, name: str) -> bool:
+    owner = value.owner
+    return not isinstance(owner, ir.Block) and owner.operation.name == name
+
 
 def _shape(value: ir.Value) -> list[int]:
     return list(ir.RankedTensorType(value.type).shape)

@@ -462,6 +462,19 @@ class Partitioner:
             if not keep or used & set(axes[factor]):
                 axes[factor] = ()
             used.update(axes[factor])
+        # A compound (reshaped) dim is split major to minor: a factor can run
+        # over axes only when every factor before it in the dim is split into
+        # exactly its size.  (8 -> 2x2x2 with the middle dim over x is no
+        # split of the 8: device k holds elements {0,1,4,5} + 2k.)
+        changed = True
+        while changed:
+            changed = False
+            for tensor in (*rule.operands, *rule.results):
+                for factors in tensor:
+                    for i, factor in enumerate(factors[1:], 1):
+                        if axes[factor] and any(self.mesh.axes_size(axes[f]) != rule.factor_sizes[f]
+                                                for f in factors[:i]):
+                            axes[factor], changed = (), True
         return axes
 
     def layout(self, dims, axes) -> Sharding:
