@@ -276,6 +276,32 @@ def module_mesh(module: ir.Operation) -> Mesh | None:
     if mesh is not None:
         _check_named_devices(module, mesh.size)
         return mesh
+    count, shardings = _checked_shardings(module)
+    if not any(_has_tiles(h) for h in shardings):
+        return Mesh.from_axes([("axis_0", count)]) if count and count > 1 else None
+    return infer_mesh(shardings, count)
+
+
+def module_device_count(module: ir.Operation) -> int | None:
+    """How many devices the module's mesh, shardings or `mhlo.num_partitions`
+    say it runs on (None when nothing says more than one), after the same checks as
+    `module_mesh`, without inferring a mesh: a caller that brings its own
+    mesh needs only the count to agree."""
+    mesh = read_mesh(module)
+    if mesh is not None:
+        _check_named_devices(module, mesh.size)
+        return mesh.size
+    count, shardings = _checked_shardings(module)
+    tiled = [element.tile.num_devices for h in shardings
+             for element in (h.elements if h.kind == "tuple" else (h,)) if element.kind == "tiled"]
+    if tiled:
+        return tiled[0]
+    return count if count and count > 1 else None  # 1: JAX's single-device export
+
+
+def _checked_shardings(module: ir.Operation):
+    """(num_partitions, every HloSharding in the module), each tiled one's
+    device count checked against the module's and the first one's."""
     count = num_partitions(module)
     shardings, first_tiled = [], None
     for value in all_sharded_values(module):
@@ -287,9 +313,7 @@ def module_mesh(module: ir.Operation) -> Mesh | None:
             if element.kind == "tiled":
                 _check_device_count(value, element, count, first_tiled)
                 first_tiled = first_tiled or (value, element.tile.num_devices)
-    if not any(_has_tiles(h) for h in shardings):
-        return Mesh.from_axes([("axis_0", count)]) if count and count > 1 else None
-    return infer_mesh(shardings, count)
+    return count, shardings
 
 
 def _check_named_devices(module: ir.Operation, size: int) -> None:

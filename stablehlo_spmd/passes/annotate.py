@@ -33,7 +33,8 @@ from stablehlo_spmd.errors import PipelineError, ShardingError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, ShardedValue, all_sharded_values, function_values, functions,
-    import_shardy, module_mesh, num_partitions, read_hlo, set_attrs, sharding_attr, write_mesh)
+    import_shardy, module_device_count, module_mesh, num_partitions, read_hlo, set_attrs,
+    sharding_attr, write_mesh)
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.rules import Rule, RuleSet, load_rules
 from stablehlo_spmd.sharding import Sharding
@@ -105,7 +106,10 @@ class AnnotatePass(ModulePass):
                               f"the module says mhlo.num_partitions = {partitions}", ShardingError)
             return None
         try:
-            existing = module_mesh(module)
+            # A given mesh is taken as it is: inferring one from the module's
+            # device lists could fail (or differ) where the given one fits.
+            existing = module_mesh(module) if mesh is None else None
+            count = module_device_count(module) if mesh is not None else None
         except ShardingError as error:
             diagnostics.error(error.location or module.location, error.message)
             return None
@@ -113,10 +117,10 @@ class AnnotatePass(ModulePass):
             diagnostics.error(module.location, "spmd-annotate needs a mesh: give the rules "
                               "file a [mesh] table or pass the 'mesh' option")
             return None
-        if mesh is not None and existing is not None and existing.size != mesh.size:
+        if mesh is not None and count is not None and count != mesh.size:
             diagnostics.error(module.location,
                               f"the mesh [{mesh.describe_axes()}] has {mesh.size} devices but "
-                              f"the module's existing shardings use {existing.size}", ShardingError)
+                              f"the module's existing shardings use {count}", ShardingError)
             return None
         return mesh or existing
 

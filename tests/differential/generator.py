@@ -676,11 +676,11 @@ def _assemble(b: Builder, results, result_shardings, annotate_in_text: bool, dec
         outs.append(f"{value.type}{attrs(sharding, name)}")
     body = "".join(f"    {line}\n" for line in b.lines)
     header = "module"
-    if "mhlo.sharding" in "".join(params + outs + b.lines) and (not b.mesh.is_iota
-                                                                   or declare_mesh):
-        # Shardings in the text over a permuted mesh: the module says which
-        # mesh, as a module annotated for that mesh would (inferring the mesh
-        # from explicit device lists is ambiguous: test_regressions.py).
+    if "mhlo.sharding" in "".join(params + outs + b.lines) and declare_mesh:
+        # Half the programs name their mesh, as an annotated module does; the
+        # others leave it to the mesh given with the rules (which must be
+        # taken as given even where the device lists alone are ambiguous:
+        # test_regressions.py).
         header += f" attributes {{spmd.mesh = {mesh_attr_text(b.mesh)}}}"
     text = (f"{header} {{\n  func.func public @main({', '.join(params)}) -> ({', '.join(outs)}) {{\n"
             f"{body}    return {', '.join(v.name for v in results)} : "

@@ -20,11 +20,6 @@ def check(text: str, mesh, rules=(), seed: int = 0) -> None:
     check_program(Program.from_text(text, mesh, rules, seed))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "spmd-annotate infers a mesh from the module's explicit device lists even when the caller "
-    "gives one (passes/annotate.py _choose_mesh -> module_shardings.module_mesh -> "
-    "tile_axes.infer_mesh); XLA sorts the devices of a replicated group, so on a permuted mesh "
-    "the first list's order is not the mesh's and inference fails"))
 def test_given_mesh_is_not_inferred_from_explicit_device_lists():
     # Mesh x=4,y=1,z=2 over devices [0,1,2,3,4,6,7,5].  arg0 is split over x
     # and replicated over z: XLA's canonical text sorts each replicated pair,
