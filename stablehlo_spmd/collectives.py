@@ -142,10 +142,8 @@ class Emitter:
             # Nobody sends (e.g. a halo from farther than the mesh reaches):
             # every device receives zeros, and an empty pair list has no
             # tensor<0x2xi64> literal to spell it anyway.
-            element = _element_type(value)
-            return stablehlo.BroadcastInDimOp(value.type, stablehlo.ConstantOp(
-                cached_attr(f"dense<{_zero_text(element)}> : tensor<{element}>",
-                            self.context)).result, []).result
+            return stablehlo.BroadcastInDimOp(value.type, self._zero(_element_type(value)),
+                                              []).result
         attr = cached_attr(f"dense<{pairs}> : tensor<{len(pairs)}x2xi64>", self.context)
         return stablehlo.CollectivePermuteOp(value, attr, channel_handle=self._channel(),
                                              results=[value.type]).results[0]
@@ -270,10 +268,8 @@ class Emitter:
             # neighbourhood [q*s - left, q*s + s + right).
             shape = _shape(value)
             shape[dim] = extent
-            element = _element_type(value)
-            zeros = stablehlo.BroadcastInDimOp(_like(value, shape), stablehlo.ConstantOp(
-                cached_attr(f"dense<{_zero_text(element)}> : tensor<{element}>",
-                            self.context)).result, []).result
+            zeros = stablehlo.BroadcastInDimOp(_like(value, shape),
+                                               self._zero(_element_type(value)), []).result
             start = self._lookup(tuple(axes), step)
             start = stablehlo.AddOp(start, self._index_constant(left + offset, start.type)).result
             indices = [self._index_constant(0, start.type)] * len(shape)
@@ -316,43 +312,55 @@ class Emitter:
         shape = _shape(value)
         lows, highs = [0] * len(shape), [0] * len(shape)
         lows[dim], highs[dim] = low, size - low - shape[dim]
-        element = _element_type(value)
-        zero = stablehlo.ConstantOp(cached_attr(
-            f"dense<{_zero_text(element)}> : tensor<{element}>", self.context)).result
-        return stablehlo.PadOp(value, zero, lows, highs, [0] * len(shape)).result
+        return stablehlo.PadOp(value, self._zero(_element_type(value)), lows, highs,
+                               [0] * len(shape)).result
 
     def _mask_outside(self, value: ir.Value, dim: int, axes: Sequence[str], stride: int,
                       offset: int, global_size: int, fill: ir.Value | None) -> ir.Value:
         """Set to `fill` (zero when None) the elements outside `inside`'s range."""
         inside = self.inside(_shape(value), dim, axes, stride, offset, 0, global_size)
-        if fill is None:
-            element = _element_type(value)
-            fill = stablehlo.ConstantOp(cached_attr(
-                f"dense<{_zero_text(element)}> : tensor<{element}>", self.context)).result
-        return stablehlo.SelectOp(inside, value,
-                                  stablehlo.BroadcastInDimOp(value.type, fill, []).result).result
+        return self._select_inside(inside, value, fill)
 
     @_placed
     def inside(self, shape: Sequence[int], dim: int, axes: Sequence[str], stride: int,
                offset: int, low: int, high: int) -> ir.Value:
         """An i1 tensor of `shape`: whether ``q*stride + offset + i`` (i the index
         along `dim`, q this device's coordinate over `axes`) is in [low, high)."""
+        return self._compare_positions(shape, dim, axes, stride, offset,
+                                       [("GE", low), ("LT", high)])
+
+    def _compare_positions(self, shape: Sequence[int], dim: int, axes: Sequence[str],
+                           stride: int, offset: int, bounds) -> ir.Value:
+        """The conjunction of ``q*stride + offset + i <direction> bound`` over `bounds`."""
         i32 = ir.IntegerType.get_signless(32, self.context)
         index_type = ir.RankedTensorType.get(list(shape), i32)
         start = self._lookup(tuple(axes), stride)
         if ir.RankedTensorType(start.type).element_type != i32:
             start = stablehlo.ConvertOp(ir.RankedTensorType.get([], i32), start).result
-        start = stablehlo.AddOp(start, self._index_constant(offset, start.type)).result
+        if offset:
+            start = stablehlo.AddOp(start, self._index_constant(offset, start.type)).result
         positions = stablehlo.AddOp(stablehlo.IotaOp(index_type, dim).result,
                                     stablehlo.BroadcastInDimOp(index_type, start, []).result).result
-
-        def compare(bound, direction):
+        result = None
+        for direction, bound in bounds:
             limit = stablehlo.ConstantOp(cached_attr(f"dense<{bound}> : {index_type}",
                                                      self.context)).result
-            return stablehlo.CompareOp(positions, limit,
-                                       stablehlo.ComparisonDirectionAttr.get(direction)).result
+            compared = stablehlo.CompareOp(positions, limit,
+                                           stablehlo.ComparisonDirectionAttr.get(direction)).result
+            result = compared if result is None else stablehlo.AndOp(result, compared).result
+        return result
 
-        return stablehlo.AndOp(compare(low, "GE"), compare(high, "LT")).result
+    def _select_inside(self, inside: ir.Value, value: ir.Value,
+                       fill: ir.Value | None) -> ir.Value:
+        """`value` where `inside`, else the scalar `fill` (zero when None)."""
+        fill = fill if fill is not None else self._zero(_element_type(value))
+        return stablehlo.SelectOp(inside, value,
+                                  stablehlo.BroadcastInDimOp(value.type, fill, []).result).result
+
+    def _zero(self, element: ir.Type) -> ir.Value:
+        """A scalar zero of `element`."""
+        return stablehlo.ConstantOp(cached_attr(
+            f"dense<{_zero_text(element)}> : tensor<{element}>", self.context)).result
 
     def _index_constant(self, value: int, scalar_type: ir.Type) -> ir.Value:
         return stablehlo.ConstantOp(cached_attr(f"dense<{value}> : {scalar_type}",
@@ -365,27 +373,9 @@ class Emitter:
                      neutral: ir.Value | None = None) -> ir.Value:
         """Replace the elements of `dim` past `global_size` (the padding of an
         uneven shard) with `neutral` (a scalar; zero when None)."""
-        shape = _shape(value)
-        local_size = shape[dim]
-        element = _element_type(value)
-        i32 = ir.IntegerType.get_signless(32, self.context)
-        index_type = ir.RankedTensorType.get(list(shape), i32)
-        positions = stablehlo.IotaOp(index_type, dim).result
-        offset = self.axis_index(axes)
-        if ir.RankedTensorType(offset.type).element_type != i32:
-            offset = stablehlo.ConvertOp(ir.RankedTensorType.get([], i32), offset).result
-        shard = stablehlo.ConstantOp(cached_attr(f"dense<{local_size}> : tensor<i32>", self.context)).result
-        start = stablehlo.MulOp(offset, shard).result
-        start = stablehlo.BroadcastInDimOp(index_type, start, []).result
-        limit = stablehlo.ConstantOp(cached_attr(
-            f"dense<{global_size}> : {index_type}", self.context)).result
-        inside = stablehlo.CompareOp(stablehlo.AddOp(positions, start).result, limit,
-                                     stablehlo.ComparisonDirectionAttr.get("LT")).result
-        if neutral is None:
-            neutral = stablehlo.ConstantOp(cached_attr(
-                f"dense<{_zero_text(element)}> : tensor<{element}>", self.context)).result
-        filler = stablehlo.BroadcastInDimOp(value.type, neutral, []).result
-        return stablehlo.SelectOp(inside, value, filler).result
+        inside = self._compare_positions(_shape(value), dim, axes, _shape(value)[dim], 0,
+                                         [("LT", global_size)])
+        return self._select_inside(inside, value, neutral)
 
     @_placed
     def pad(self, value: ir.Value, dim: int, size: int) -> ir.Value:
@@ -395,22 +385,12 @@ class Emitter:
             return value
         if shape[dim] > size:
             raise ValueError(f"cannot pad dimension {dim} of {shape} down to {size}")
-        high = [0] * len(shape)
-        high[dim] = size - shape[dim]
-        element = _element_type(value)
-        zero = stablehlo.ConstantOp(cached_attr(
-            f"dense<{_zero_text(element)}> : tensor<{element}>", self.context)).result
-        return stablehlo.PadOp(value, zero, [0] * len(shape), high, [0] * len(shape)).result
+        return self._place(value, dim, 0, size)
 
     @_placed
     def trim(self, value: ir.Value, dim: int, size: int) -> ir.Value:
         """Keep the first `size` elements of `dim` (no op when already that long)."""
-        shape = _shape(value)
-        if shape[dim] == size:
-            return value
-        limits = list(shape)
-        limits[dim] = size
-        return stablehlo.SliceOp(value, [0] * len(shape), limits, [1] * len(shape)).result
+        return self._edge(value, dim, 0, size)
 
     # ------------------------------------------------------------ reshard
 

@@ -44,7 +44,7 @@ from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.op_rules import FactorKind, OpRule, int_array
 from stablehlo_spmd.op_rules.windowed import is_zero_scalar, optional_array, padding_pairs
 from stablehlo_spmd.partitioning.partitioner import (
-    Partitioner, handles, local_type, shape_of)
+    Partitioner, handles, local_type, scalar, shape_of, zeros)
 from stablehlo_spmd.sharding import Sharding
 
 
@@ -275,20 +275,11 @@ def _broadcast_piece(p: Partitioner, value: ir.Value, dim: int, axes: tuple, own
     steps[dim] = stride
     piece = hlo.SliceOp(value, begin, end, steps).result
     index = p.emitter.axis_index(axes)
-    owner_index = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
-        index.type, ir.IntegerAttr.get(ir.RankedTensorType(index.type).element_type, owner))).result
+    owner_index = scalar(owner, ir.RankedTensorType(index.type).element_type)
     mine = hlo.CompareOp(index, owner_index, hlo.ComparisonDirectionAttr.get("EQ")).result
     mask = hlo.BroadcastInDimOp(ir.RankedTensorType.get(
         shape_of(piece), ir.IntegerType.get_signless(1)), mine, []).result
-    zero = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
-        piece.type, _zero_attr(ir.RankedTensorType(piece.type).element_type))).result
-    return p.emitter.all_reduce(hlo.SelectOp(mask, piece, zero).result, axes)
-
-
-def _zero_attr(element: ir.Type) -> ir.Attribute:
-    if isinstance(element, ir.FloatType):
-        return ir.FloatAttr.get(element, 0.0)
-    return ir.IntegerAttr.get(element, 0)
+    return p.emitter.all_reduce(hlo.SelectOp(mask, piece, zeros(piece.type)).result, axes)
 
 
 @handles("stablehlo.pad")

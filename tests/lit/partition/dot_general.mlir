@@ -203,25 +203,27 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 // over 4 devices is 3 per device, device 3 holding k = 9, 10, 11 where 10
 // and 11 are padding (after exp, a's padding is exp(0) = 1, and 0 * NaN
 // would be NaN anyway).  Both operands get their k positions 3k + i >= 10
-// replaced by zero (iota on the k dim, offset 3 * coordinate from the table
-// [0, 1, 2, 3], compare LT 10, select), then the local 8x3 times 3x8 dot
+// replaced by zero (iota on the k dim, offset by the shard's first k from
+// the table [0, 3, 6, 9], compare LT 10, select), then the local 8x3 times 3x8 dot
 // and one all_reduce as for an even split.
 
 // CHECK-LABEL: func.func public @main
 // CHECK: (%[[A:arg[0-9]+]]: tensor<8x3xf32>, %[[B:arg[0-9]+]]: tensor<3x8xf32>) {
 // CHECK-NEXT: %[[E:.*]] = stablehlo.exponential %[[A]] : tensor<8x3xf32>
-// CHECK-NEXT: %[[KA:.*]] = stablehlo.iota dim = 1 : tensor<8x3xi32>
-// CHECK-NEXT: stablehlo.constant dense<[0, 1, 2, 3]> : tensor<4xi32>
-// CHECK: %[[THREE_A:.*]] = stablehlo.constant dense<3> : tensor<i32>
-// CHECK: %[[TEN_A:.*]] = stablehlo.constant dense<10> : tensor<8x3xi32>
+// CHECK-NEXT: stablehlo.constant dense<[0, 3, 6, 9]> : tensor<4xi32>
+// CHECK: %[[KA:.*]] = stablehlo.iota dim = 1 : tensor<8x3xi32>
+// CHECK-NEXT: stablehlo.broadcast_in_dim
 // CHECK-NEXT: %[[GA:.*]] = stablehlo.add %[[KA]], %{{.*}} : tensor<8x3xi32>
+// CHECK-NEXT: %[[TEN_A:.*]] = stablehlo.constant dense<10> : tensor<8x3xi32>
 // CHECK-NEXT: %[[INA:.*]] = stablehlo.compare LT, %[[GA]], %[[TEN_A]] : (tensor<8x3xi32>, tensor<8x3xi32>) -> tensor<8x3xi1>
 // CHECK-NEXT: %[[ZA:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[FA:.*]] = stablehlo.broadcast_in_dim %[[ZA]], dims = [] : (tensor<f32>) -> tensor<8x3xf32>
 // CHECK-NEXT: %[[MA:.*]] = stablehlo.select %[[INA]], %[[E]], %[[FA]] : tensor<8x3xi1>, tensor<8x3xf32>
-// CHECK-NEXT: %[[KB:.*]] = stablehlo.iota dim = 0 : tensor<3x8xi32>
-// CHECK: %[[TEN_B:.*]] = stablehlo.constant dense<10> : tensor<3x8xi32>
+// CHECK-NEXT: stablehlo.constant dense<[0, 3, 6, 9]> : tensor<4xi32>
+// CHECK: %[[KB:.*]] = stablehlo.iota dim = 0 : tensor<3x8xi32>
+// CHECK-NEXT: stablehlo.broadcast_in_dim
 // CHECK-NEXT: %[[GB:.*]] = stablehlo.add %[[KB]], %{{.*}} : tensor<3x8xi32>
+// CHECK-NEXT: %[[TEN_B:.*]] = stablehlo.constant dense<10> : tensor<3x8xi32>
 // CHECK-NEXT: %[[INB:.*]] = stablehlo.compare LT, %[[GB]], %[[TEN_B]] : (tensor<3x8xi32>, tensor<3x8xi32>) -> tensor<3x8xi1>
 // CHECK-NEXT: %[[ZB:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[FB:.*]] = stablehlo.broadcast_in_dim %[[ZB]], dims = [] : (tensor<f32>) -> tensor<3x8xf32>

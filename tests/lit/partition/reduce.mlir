@@ -118,24 +118,22 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
 // which 10 and 11 are padding -- and after exp they hold exp(0) = 1, which
 // a local sum would count.  So before the local reduce each device
 // overwrites the rows whose global index 3k + i is not < 10 with the
-// reduce's init (0): iota along dim 0, plus 3 * (its coordinate from the
-// table [0, 1, 2, 3]), compared LT 10, select.  Then the partial 6-vector
+// reduce's init (0): iota along dim 0, plus its first row's index 3k (from
+// the table [0, 3, 6, 9]), compared LT 10, select.  Then the partial 6-vector
 // is summed with one all_reduce as for an even split.
 
 // CHECK-LABEL: func.func public @main
 // CHECK: (%[[A:arg[0-9]+]]: tensor<3x6xf32>) {
 // CHECK-NEXT: %[[INIT:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[E:.*]] = stablehlo.exponential %[[A]] : tensor<3x6xf32>
-// CHECK-NEXT: %[[ROW:.*]] = stablehlo.iota dim = 0 : tensor<3x6xi32>
-// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 1, 2, 3]> : tensor<4xi32>
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 3, 6, 9]> : tensor<4xi32>
 // CHECK-NEXT: %[[PID:.*]] = stablehlo.partition_id : tensor<ui32>
 // CHECK-NEXT: %[[ENTRY:.*]] = stablehlo.dynamic_slice %[[TABLE]], %[[PID]], sizes = [1]
-// CHECK-NEXT: %[[K:.*]] = stablehlo.reshape %[[ENTRY]] : (tensor<1xi32>) -> tensor<i32>
-// CHECK-NEXT: %[[THREE:.*]] = stablehlo.constant dense<3> : tensor<i32>
-// CHECK-NEXT: %[[START:.*]] = stablehlo.multiply %[[K]], %[[THREE]] : tensor<i32>
+// CHECK-NEXT: %[[START:.*]] = stablehlo.reshape %[[ENTRY]] : (tensor<1xi32>) -> tensor<i32>
+// CHECK-NEXT: %[[ROW:.*]] = stablehlo.iota dim = 0 : tensor<3x6xi32>
 // CHECK-NEXT: %[[STARTS:.*]] = stablehlo.broadcast_in_dim %[[START]], dims = [] : (tensor<i32>) -> tensor<3x6xi32>
-// CHECK-NEXT: %[[TEN:.*]] = stablehlo.constant dense<10> : tensor<3x6xi32>
 // CHECK-NEXT: %[[GLOBAL:.*]] = stablehlo.add %[[ROW]], %[[STARTS]] : tensor<3x6xi32>
+// CHECK-NEXT: %[[TEN:.*]] = stablehlo.constant dense<10> : tensor<3x6xi32>
 // CHECK-NEXT: %[[REAL:.*]] = stablehlo.compare LT, %[[GLOBAL]], %[[TEN]] : (tensor<3x6xi32>, tensor<3x6xi32>) -> tensor<3x6xi1>
 // CHECK-NEXT: %[[FILL:.*]] = stablehlo.broadcast_in_dim %[[INIT]], dims = [] : (tensor<f32>) -> tensor<3x6xf32>
 // CHECK-NEXT: %[[MASKED:.*]] = stablehlo.select %[[REAL]], %[[E]], %[[FILL]] : tensor<3x6xi1>, tensor<3x6xf32>

@@ -44,8 +44,8 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 // CHECK-LABEL: func.func public @main
 // CHECK: (%[[A:arg[0-9]+]]: tensor<8x3xf32>) {
 // CHECK: %[[LOW:.*]] = stablehlo.constant dense<0xFFFFFFFF> : tensor<f32>
-// CHECK: %[[LIMIT:.*]] = stablehlo.constant dense<10> : tensor<8x3xi32>
-// CHECK-NEXT: %[[POS:.*]] = stablehlo.add
+// CHECK: %[[POS:.*]] = stablehlo.add
+// CHECK-NEXT: %[[LIMIT:.*]] = stablehlo.constant dense<10> : tensor<8x3xi32>
 // CHECK-NEXT: %[[IN:.*]] = stablehlo.compare LT, %[[POS]], %[[LIMIT]]
 // CHECK-NEXT: %[[FILL:.*]] = stablehlo.broadcast_in_dim %[[LOW]], dims = [] : (tensor<f32>) -> tensor<8x3xf32>
 // CHECK-NEXT: %[[M:.*]] = stablehlo.select %[[IN]], %[[A]], %[[FILL]]
