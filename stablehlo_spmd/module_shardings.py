@@ -41,6 +41,16 @@ RESULT_INFO = "jax.result_info"
 SHARDING_TARGET = "Sharding"
 
 
+def is_sharding_constraint(op: ir.Operation) -> bool:
+    """Whether `op` only pins its operand's sharding: a ``custom_call
+    @Sharding`` (XLA's spelling) or an ``sdy.sharding_constraint``."""
+    name = op.name
+    if name == "sdy.sharding_constraint":
+        return True
+    return (name == "stablehlo.custom_call"
+            and ir.StringAttr(op.attributes["call_target_name"]).value == SHARDING_TARGET)
+
+
 # --------------------------------------------------------------------- mesh
 
 def mesh_attr_text(mesh: Mesh) -> str:

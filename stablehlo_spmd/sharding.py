@@ -207,6 +207,14 @@ class Sharding:
     def with_dim_axes(self, dim_axes: Sequence[Sequence[str]]) -> "Sharding":
         return dataclasses.replace(self, dim_axes=tuple(tuple(a) for a in dim_axes))
 
+    def reduced(self) -> "Sharding":
+        """The sharding of the full value once the pending reduction is done:
+        the same dims, no unreduced axes (what crosses a function or region
+        boundary, and what a consumer that is not linear needs)."""
+        if not self.unreduced and self.reduction == "sum":
+            return self
+        return dataclasses.replace(self, unreduced=(), reduction="sum")
+
     # ------------------------------------------------------------ to XLA
 
     def to_hlo(self) -> HloSharding:
