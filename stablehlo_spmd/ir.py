@@ -4,7 +4,8 @@ Everything that touches jaxlib's MLIR bindings directly, and that more than one
 pass needs, lives here:
 
 * `make_context` registers the dialects StableHLO programs use (func, arith and
-  the other upstream dialects jaxlib bundles, stablehlo, chlo, sdy).
+  the other upstream dialects jaxlib bundles, stablehlo, chlo, sdy), and
+  scopes the caches of MLIR objects (`per_context`) to its ``with`` block.
 * `parse_module` keeps the file name in every location (``ir.Module.parse``
   would say ``"-"``), accepts a file of several top-level ops the way
   ``mlir-opt`` does by wrapping them in an implicit module, and gives function
@@ -20,8 +21,10 @@ pass needs, lives here:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import re
 import weakref
+from typing import Iterator
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import chlo, sdy, stablehlo
@@ -30,8 +33,16 @@ import jaxlib.mlir._mlir_libs._jax_mlir_ext as _jax_mlir_ext
 from stablehlo_spmd.errors import ParseError  # noqa: F401  (re-exported: the CLIs import it here)
 
 
-def make_context() -> ir.Context:
-    """A context with every dialect a JAX-exported StableHLO module may use."""
+@contextlib.contextmanager
+def make_context() -> Iterator[ir.Context]:
+    """A context with every dialect a JAX-exported StableHLO module may use,
+    entered for the ``with`` block.
+
+    Leaving the block drops what the project cached for the context
+    (`per_context`): cached attributes and op rules refer to their context,
+    so a cache that outlived the block would keep every context a
+    long-running process ever made alive.
+    """
     registry = ir.DialectRegistry()
     _jax_mlir_ext.register_dialects(registry)  # func, arith, math, ... as JAX registers them
     context = ir.Context()
@@ -40,7 +51,11 @@ def make_context() -> ir.Context:
     stablehlo.register_dialect(context)
     chlo.register_dialect(context)
     sdy.register_dialect(context)
-    return context
+    try:
+        with context:
+            yield context
+    finally:
+        _PER_CONTEXT.pop(context, None)
 
 
 # ------------------------------------------------------------------ parsing
@@ -233,22 +248,30 @@ def location_name(location: ir.Location) -> str | None:
 
 # --------------------------------------------------------------- attributes
 
-_ATTRIBUTE_CACHE: "weakref.WeakKeyDictionary[ir.Context, dict[str, ir.Attribute]]" = (
-    weakref.WeakKeyDictionary())
+# Caches of MLIR objects, one dict per (context, cache name).  Weakly keyed
+# so a context the project did not make is not held by its absent entry; the
+# entries themselves hold their context, which is why `make_context` drops
+# its context's caches when its block ends.
+_PER_CONTEXT: "weakref.WeakKeyDictionary[ir.Context, dict[str, dict]]" = weakref.WeakKeyDictionary()
+
+
+def per_context(name: str, context: ir.Context) -> dict:
+    """The cache called `name` for `context` (created empty)."""
+    try:
+        caches = _PER_CONTEXT[context]
+    except KeyError:
+        caches = _PER_CONTEXT[context] = {}
+    cache = caches.get(name)
+    if cache is None:
+        cache = caches[name] = {}
+    return cache
 
 
 def cached_attr(text: str, context: ir.Context | None = None) -> ir.Attribute:
     """``ir.Attribute.parse(text)``, once per context."""
     context = context or ir.Context.current
-    try:
-        per_context = _ATTRIBUTE_CACHE[context]
-    except (KeyError, TypeError):
-        per_context = {}
-        try:
-            _ATTRIBUTE_CACHE[context] = per_context
-        except TypeError:  # contexts that cannot be weakly referenced: no caching
-            return ir.Attribute.parse(text, context)
-    attr = per_context.get(text)
+    cache = per_context("attributes", context)
+    attr = cache.get(text)
     if attr is None:
-        attr = per_context[text] = ir.Attribute.parse(text, context)
+        attr = cache[text] = ir.Attribute.parse(text, context)
     return attr

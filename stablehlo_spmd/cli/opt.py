@@ -123,8 +123,7 @@ def opt_command(ctx: click.Context, input_file: str, output_file: str, pass_pipe
 def _process_chunk(chunk: str, filename: str, pipeline, options: RunOptions,
                    engine: DiagnosticEngine) -> str | None:
     """Parse, run and print one chunk; None when it failed (diagnostics say why)."""
-    context = make_context()
-    with diagnostics.collecting(engine):
+    with make_context() as context, diagnostics.collecting(engine):
         try:
             module = parse_module(chunk, filename, context)
         except ParseError as error:

@@ -36,6 +36,8 @@ from typing import Callable, Iterable, Sequence
 
 from jaxlib.mlir import ir
 
+from stablehlo_spmd.ir import per_context
+
 
 class FactorKind(enum.Enum):
     PASS_THROUGH = "pass-through"
@@ -117,7 +119,6 @@ TiesFn = Callable[[ir.Operation], "list[tuple[ir.Value, ir.Value]]"]
 _RULES: dict[str, RuleFn] = {}
 _TIES: dict[str, TiesFn] = {}
 _SIGNATURES: dict[str, Callable[[ir.Operation], object]] = {}
-_CACHE: dict[tuple, "OpRule | None"] = {}
 
 
 def register(*op_names: str, signature: Callable[[ir.Operation], object] | None = None):
@@ -161,10 +162,11 @@ def rule_for(op: ir.Operation) -> OpRule | None:
     key = (name, tuple(v.type for v in op.operands), tuple(r.type for r in op.results),
            tuple((n, attributes[n]) for n in attributes) if len(attributes) else (),
            signature(op) if signature is not None else None)
+    cache = per_context("op_rules", op.context)  # keys hold MLIR types: scoped to their context
     try:
-        return _CACHE[key]
+        return cache[key]
     except KeyError:
-        rule = _CACHE[key] = fn(op)
+        rule = cache[key] = fn(op)
         return rule
 
 
