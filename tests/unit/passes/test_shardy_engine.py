@@ -22,7 +22,7 @@ activations are batch-sharded over ``data``.  What may differ is classified
 written from that output.  The op-rule table is still growing, so ops the
 spmd engine has no rule for are recorded, not failed on.
 
-Run ``pytest tests/unit/test_shardy_engine.py -q -s`` to see the summaries.
+Run ``pytest tests/unit/passes/test_shardy_engine.py -q -s`` to see the summaries.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from stablehlo_spmd.module_shardings import (
 from stablehlo_spmd.sharding import Sharding
 from jaxlib.mlir import ir
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 
 # The constant-expression roots Shardy's splitter copies per use and its merger dedups.
