@@ -48,6 +48,11 @@ class ShardingSyntaxError(SpmdError, ValueError):
         self.column = column
 
 
+class MeshError(SpmdError, ValueError):
+    """A device mesh that is malformed (axis text, sizes, names, device ids),
+    or a question about an axis the mesh does not have."""
+
+
 class ShardingError(SpmdError, ValueError):
     """A well-formed sharding that does not fit its tensor or mesh."""
 

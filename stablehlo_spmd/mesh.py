@@ -5,6 +5,9 @@ constructor arguments, so ``Mesh(device_ids, mesh_shape, axis_names)`` works
 as it does there; `Mesh.from_string` and `Mesh.from_jax` are the other ways in.
 Axes are listed major to minor: device ``device_ids[i]`` sits at the mesh
 coordinate ``np.unravel_index(i, mesh_shape)``.
+
+A mesh that cannot be built, or a query for an axis it lacks, raises
+`MeshError` (a `ValueError` too), with a message callers pass on as it is.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import re
 from typing import Iterable, Sequence
 
 import numpy as np
+
+from stablehlo_spmd.errors import MeshError
 
 _AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -32,8 +37,8 @@ class Mesh:
     def __post_init__(self):
         # Accept numpy arrays and lists the way PyTorch/XLA does, but store tuples
         # so that the mesh stays hashable and cheap to compare.
-        shape = tuple(int(s) for s in np.asarray(self.mesh_shape).reshape(-1))
-        ids = tuple(int(d) for d in np.asarray(self.device_ids).reshape(-1))
+        shape = _integers(self.mesh_shape, "mesh sizes")
+        ids = _integers(self.device_ids, "device ids")
         names = self.axis_names
         names = tuple(f"axis_{i}" for i in range(len(shape))) if names is None else tuple(names)
         object.__setattr__(self, "mesh_shape", shape)
@@ -50,7 +55,7 @@ class Mesh:
         for item in text.replace(" ", "").split(","):
             name, eq, size = item.partition("=")
             if not eq or not _AXIS_NAME.fullmatch(name) or not re.fullmatch(r"-?\d+", size):
-                raise ValueError(
+                raise MeshError(
                     f"mesh axis {item!r} in {text!r} is not of the form name=size "
                     f"(e.g. 'data=4,model=2')")
             names.append(name)
@@ -98,7 +103,7 @@ class Mesh:
         try:
             return self._axis_positions[name]
         except KeyError:
-            raise ValueError(
+            raise MeshError(
                 f"unknown mesh axis {name!r}; the mesh has {self.describe_axes()}") from None
 
     def has_axis(self, name: str) -> bool:
@@ -145,27 +150,35 @@ class Mesh:
         return f"Mesh.from_string({axes!r}, device_ids={list(self.device_ids)})"
 
 
+def _integers(values, what: str) -> tuple[int, ...]:
+    flat = np.asarray(values).reshape(-1)
+    try:
+        return tuple(int(v) for v in flat)
+    except (TypeError, ValueError):
+        raise MeshError(f"{what} must be integers, got {flat.tolist()}") from None
+
+
 def _check_sizes(sizes: Sequence[int], names: Sequence[str]) -> None:
     for name, size in zip(names, sizes):
         if size <= 0:
-            raise ValueError(f"mesh axis {name!r} has size {size}; sizes must be positive")
+            raise MeshError(f"mesh axis {name!r} has size {size}; sizes must be positive")
 
 
 def _check_mesh(ids: tuple[int, ...], shape: tuple[int, ...], names: tuple[str, ...]) -> None:
     if len(names) != len(shape):
-        raise ValueError(
+        raise MeshError(
             f"mesh has {len(shape)} axes {list(shape)} but {len(names)} names {list(names)}")
     _check_sizes(shape, names)
     for name in names:
         if not isinstance(name, str) or not _AXIS_NAME.fullmatch(name):
-            raise ValueError(f"mesh axis name {name!r} is not an identifier")
+            raise MeshError(f"mesh axis name {name!r} is not an identifier")
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(f"mesh axis names must be unique; {', '.join(map(repr, duplicates))} "
+        raise MeshError(f"mesh axis names must be unique; {', '.join(map(repr, duplicates))} "
                          f"appears more than once in {list(names)}")
     count = math.prod(shape)
     if len(ids) != count:
-        raise ValueError(
+        raise MeshError(
             f"mesh shape {list(shape)} holds {count} devices but {len(ids)} device ids were given")
     if sorted(ids) != list(range(count)):
         missing = sorted(set(range(count)) - set(ids))
@@ -178,5 +191,5 @@ def _check_mesh(ids: tuple[int, ...], shape: tuple[int, ...], names: tuple[str, 
         stray = sorted(d for d in set(ids) if not 0 <= d < count)
         if stray:
             details.append(f"out of range: {stray}")
-        raise ValueError(
+        raise MeshError(
             f"device ids must be a permutation of 0..{count - 1} ({'; '.join(details)})")

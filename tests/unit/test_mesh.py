@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from stablehlo_spmd.errors import MeshError, SpmdError
 from stablehlo_spmd.mesh import Mesh
 
 
@@ -266,3 +267,39 @@ def test_from_string_bad_text(text):
     message = str(info.value)
     assert "is not of the form name=size" in message
     assert repr(text) in message
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: Mesh((0, 0, 1, 2), (2, 2), ("a", "b")),
+        lambda: Mesh((0, 1, 2), (2, 2), ("a", "b")),
+        lambda: Mesh((), (2, 0), ("a", "b")),
+        lambda: Mesh(range(4), (2, 2), ("a", "a")),
+        lambda: Mesh(range(4), (2, 2), ("a", "b", "c")),
+        lambda: Mesh(range(4), (2, 2), ("ok", "1x")),
+        lambda: Mesh.from_string("data=4,model"),
+        lambda: Mesh.from_axes([("data", 2), ("model", 0)]),
+        lambda: Mesh.from_string("data=4,model=2").axis_size("modle"),
+    ],
+)
+def test_every_mesh_error_is_a_typed_user_error(build):
+    # Typed, so the CLI reports it as one diagnostic line; still a ValueError,
+    # so callers written against the old bare errors keep catching it.
+    with pytest.raises(MeshError) as info:
+        build()
+    assert isinstance(info.value, SpmdError) and isinstance(info.value, ValueError)
+    assert info.value.location is None and str(info.value) == info.value.message
+
+
+@pytest.mark.parametrize(
+    "ids, shape, message",
+    [
+        (("a", "b"), (2,), "device ids must be integers, got ['a', 'b']"),
+        ((0, 1), ("two",), "mesh sizes must be integers, got ['two']"),
+    ],
+)
+def test_non_integer_sizes_and_ids_are_mesh_errors(ids, shape, message):
+    with pytest.raises(MeshError) as info:
+        Mesh(ids, shape, ("x",))
+    assert str(info.value) == message
