@@ -23,7 +23,10 @@ users already write them, and TOML has no ``None``.
 The loader checks everything that can be checked without a module (TOML
 syntax, regexes, spec literals, the mesh) and locates its errors in the rules
 file.  Whether a spec fits a tensor (rank, axis names) is checked where the
-rule is applied, at the tensor's location.
+rule is applied, at the tensor's location.  A spec shorter than the tensor's
+rank leaves the trailing dimensions replicated, as a JAX ``PartitionSpec``
+does: ``()`` is replicated at any rank and ``('data',)`` splits only the
+first dimension of an activation.  A longer spec is an error.
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ class Rule:
 
     def describe(self) -> str:
         return f"rule {self.pattern!r} -> {_format_spec(self.spec)}"
+
+    def spec_for_rank(self, rank: int) -> tuple[SpecEntry, ...]:
+        """The spec padded with None up to `rank`; a longer spec is left for the caller to refuse."""
+        return self.spec + (None,) * max(0, rank - len(self.spec))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,8 +17,9 @@ existing sharding wins over a rule for the same value: it was written by
 someone closer to the program.
 
 User errors are reported at the value's location, with a note at the rule
-that caused them: a spec whose length is not the rank, an unknown or repeated
-axis, a mesh that disagrees with the module's existing annotations.
+that caused them: a spec longer than the rank (a shorter one leaves the
+trailing dimensions replicated, as JAX's ``PartitionSpec`` does), an unknown
+or repeated axis, a mesh that disagrees with the module's existing annotations.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def _sharding_for(value: ShardedValue, rule: Rule, mesh: Mesh) -> ir.Attribute |
                           f"but has no ranked tensor type ({value.type})", ShardingError)
         return None
     try:
-        sharding = Sharding.from_spec(mesh, rule.spec, rank=value.rank,
+        sharding = Sharding.from_spec(mesh, rule.spec_for_rank(value.rank), rank=value.rank,
                                       unreduced=rule.unreduced, reduction=rule.reduction)
         attr = sharding_attr(sharding, value.owner.context)
     except ShardingError as error:

@@ -14,6 +14,7 @@ import tomllib
 import warnings
 
 import jax
+import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -107,6 +108,46 @@ def test_python_rules_with_partition_spec_and_unreduced():
     ]
     written = re.findall(r'mhlo.sharding = "([^"]*)"', annotated)
     assert written == expected
+
+
+SHORT_SPEC_MODULE = """
+func.func @main(%arg0: tensor<8x4x6xf32> loc("act"), %arg1: tensor<6xf32> loc("b")) -> tensor<8x4x6xf32> {
+  %0 = stablehlo.broadcast_in_dim %arg1, dims = [2] : (tensor<6xf32>) -> tensor<8x4x6xf32>
+  %1 = stablehlo.add %arg0, %0 : tensor<8x4x6xf32>
+  return %1 : tensor<8x4x6xf32>
+}"""
+
+
+def _jax_shardings(mesh_sizes, mesh_names, specs_and_ranks):
+    jax_mesh = jax.make_mesh(mesh_sizes, mesh_names, devices=jax.devices()[:math.prod(mesh_sizes)])
+    return [repr(NamedSharding(jax_mesh, spec)._to_xla_hlo_sharding(rank))
+            for spec, rank in specs_and_ranks]
+
+
+def test_short_python_specs_mean_what_jax_partition_specs_mean():
+    annotated = ss.annotate(SHORT_SPEC_MODULE, "data=4,model=2",
+                            [("^act$", P("data")), ("^b$", ())])
+    written = re.findall(r'mhlo.sharding = "([^"]*)"', annotated)
+    assert written == _jax_shardings((4, 2), ("data", "model"), [(P("data"), 3), (P(), 1)])
+
+
+def test_short_toml_specs_mean_what_jax_partition_specs_mean(tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[mesh]\naxes = "data=4,model=2"\n'
+                     '[[rules]]\npattern = "^act$"\nspec = "(\'data\',)"\n'
+                     '[[rules]]\npattern = "^b$"\nspec = "()"\n')
+    annotated = ss.annotate(SHORT_SPEC_MODULE, rules=str(rules))
+    written = re.findall(r'mhlo.sharding = "([^"]*)"', annotated)
+    assert written == _jax_shardings((4, 2), ("data", "model"), [(P("data"), 3), (P(), 1)])
+
+
+def test_replicated_bias_partitions_and_runs_like_one_device():
+    per_device = ss.partition(SHORT_SPEC_MODULE, "data=4", [("^act$", P("data")), ("^b$", ())])
+    activation = np.arange(8 * 4 * 6, dtype=np.float32).reshape(8, 4, 6)
+    bias = np.linspace(-1, 1, 6, dtype=np.float32)
+    (got,) = ss.run(per_device, [activation, bias])
+    (want,) = ss.run_single_device(SHORT_SPEC_MODULE, [activation, bias])
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_python_api_errors_are_typed_and_located():

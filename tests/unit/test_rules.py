@@ -166,6 +166,37 @@ def test_loaded_rule_builds_sharding(tmp_path):
     assert sharding.unreduced == ("data",)
 
 
+@pytest.mark.parametrize("spec, rank, expected", [
+    ((), 1, (None,)),                              # P(): replicated at any rank
+    ((), 0, ()),
+    (("data",), 3, ("data", None, None)),          # P('data') on an activation
+    ((("data", "model"),), 2, (("data", "model"), None)),
+    (("data", None), 2, ("data", None)),
+    (("data", None, None), 2, ("data", None, None)),  # longer: kept for annotate to refuse
+])
+def test_short_spec_leaves_trailing_dims_replicated(spec, rank, expected):
+    assert Rule("x", spec).spec_for_rank(rank) == expected
+
+
+def test_short_spec_from_a_file_builds_the_padded_sharding(tmp_path):
+    ruleset = load_rules(write(tmp_path, """
+        [mesh]
+        axes = "data=4,model=2"
+
+        [[rules]]
+        pattern = "^b$"
+        spec = "()"
+
+        [[rules]]
+        pattern = "^act$"
+        spec = "('data',)"
+        """))
+    bias, activation = ruleset.match("b"), ruleset.match("act")
+    assert Sharding.from_spec(ruleset.mesh, bias.spec_for_rank(1), 1).dim_axes == ((),)
+    assert (Sharding.from_spec(ruleset.mesh, activation.spec_for_rank(3), 3).dim_axes
+            == (("data",), (), ()))
+
+
 # ------------------------------------------------------ Python rule lists
 
 
