@@ -21,13 +21,13 @@ from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.rules import Rule, RuleSet, load_rules, parse_rules
 from stablehlo_spmd.runtime import (
-    DeviceError, Executable, RuntimeCompileError, RuntimeInputError, ensure_host_devices, run,
-    run_single_device)
+    DeviceError, Executable, RuntimeCompileError, RuntimeInputError, compile, ensure_host_devices,
+    run, run_single_device)
 from stablehlo_spmd.sharding import Sharding
 
 __all__ = [
-    "DeviceError", "Executable", "RuntimeCompileError", "RuntimeInputError", "ensure_host_devices",
-    "run", "run_single_device",
+    "DeviceError", "Executable", "RuntimeCompileError", "RuntimeInputError", "compile",
+    "ensure_host_devices", "run", "run_single_device",
     "Diagnostic", "HloSharding", "Mesh", "PipelineError", "Rule", "RuleSet", "RulesError",
     "Sharding", "ShardingError", "ShardingSyntaxError", "SpmdError", "SpmdWarning",
     "TileAssignment", "annotate", "as_mesh", "export", "format_sharding", "load_rules",
