@@ -31,6 +31,7 @@ from jaxlib.mlir.dialects import stablehlo
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.reshard import Step, axis_coordinate, plan, replica_groups
+from stablehlo_spmd.shapes import element_bytes, scalar_zero, shape_of
 from stablehlo_spmd.sharding import Sharding
 
 _DEVICE_TO_DEVICE = 1  # ChannelHandle type for collectives between devices
@@ -142,7 +143,7 @@ class Emitter:
             # Nobody sends (e.g. a halo from farther than the mesh reaches):
             # every device receives zeros, and an empty pair list has no
             # tensor<0x2xi64> literal to spell it anyway.
-            return stablehlo.BroadcastInDimOp(value.type, self._zero(_element_type(value)),
+            return stablehlo.BroadcastInDimOp(value.type, scalar_zero(_element_type(value)),
                                               []).result
         attr = cached_attr(f"dense<{pairs}> : tensor<{len(pairs)}x2xi64>", self.context)
         return stablehlo.CollectivePermuteOp(value, attr, channel_handle=self._channel(),
@@ -170,9 +171,7 @@ class Emitter:
         value = self.pad(value, dim, count * size)
         shape = _shape(value)
         offset = self._lookup(tuple(axes), size)
-        zero = stablehlo.ConstantOp(cached_attr(
-            f"dense<0> : tensor<{_element_type(offset)}>", self.context)).result
-        starts = [zero] * len(shape)
+        starts = [scalar_zero(_element_type(offset))] * len(shape)
         starts[dim] = offset
         shape[dim] = size
         return stablehlo.DynamicSliceOp(value, starts, shape).result
@@ -269,7 +268,7 @@ class Emitter:
             shape = _shape(value)
             shape[dim] = extent
             zeros = stablehlo.BroadcastInDimOp(_like(value, shape),
-                                               self._zero(_element_type(value)), []).result
+                                               scalar_zero(_element_type(value)), []).result
             start = self._lookup(tuple(axes), step)
             start = stablehlo.AddOp(start, self._index_constant(left + offset, start.type)).result
             indices = [self._index_constant(0, start.type)] * len(shape)
@@ -312,7 +311,7 @@ class Emitter:
         shape = _shape(value)
         lows, highs = [0] * len(shape), [0] * len(shape)
         lows[dim], highs[dim] = low, size - low - shape[dim]
-        return stablehlo.PadOp(value, self._zero(_element_type(value)), lows, highs,
+        return stablehlo.PadOp(value, scalar_zero(_element_type(value)), lows, highs,
                                [0] * len(shape)).result
 
     def _mask_outside(self, value: ir.Value, dim: int, axes: Sequence[str], stride: int,
@@ -353,14 +352,9 @@ class Emitter:
     def _select_inside(self, inside: ir.Value, value: ir.Value,
                        fill: ir.Value | None) -> ir.Value:
         """`value` where `inside`, else the scalar `fill` (zero when None)."""
-        fill = fill if fill is not None else self._zero(_element_type(value))
+        fill = fill if fill is not None else scalar_zero(_element_type(value))
         return stablehlo.SelectOp(inside, value,
                                   stablehlo.BroadcastInDimOp(value.type, fill, []).result).result
-
-    def _zero(self, element: ir.Type) -> ir.Value:
-        """A scalar zero of `element`."""
-        return stablehlo.ConstantOp(cached_attr(
-            f"dense<{_zero_text(element)}> : tensor<{element}>", self.context)).result
 
     def _index_constant(self, value: int, scalar_type: ir.Type) -> ir.Value:
         return stablehlo.ConstantOp(cached_attr(f"dense<{value}> : {scalar_type}",
@@ -402,7 +396,7 @@ class Emitter:
         `steps` is the plan when the caller already made it (to price or warn about it).
         """
         if steps is None:
-            steps = plan(source, target, global_shape, _element_bytes(value))
+            steps = plan(source, target, global_shape, element_bytes(_element_type(value)))
         for step in steps:
             value = self._emit_step(value, step, step.result.shard_shape(global_shape))
         return value
@@ -494,7 +488,8 @@ def _defined_by(value: ir.Value, name: str) -> bool:
 
 
 def _shape(value: ir.Value) -> list[int]:
-    return list(ir.RankedTensorType(value.type).shape)
+    """The shape as a list, to be edited into the shape of a result."""
+    return list(shape_of(value))
 
 
 def _element_type(value: ir.Value) -> ir.Type:
@@ -510,25 +505,3 @@ def _exact_split(size: int, count: int, op: str) -> int:
         raise ValueError(f"{op} cannot split a dimension of {size} into {count} equal blocks; "
                          f"pad it first")
     return size // count
-
-
-def _element_bytes(value: ir.Value) -> int:
-    element = _element_type(value)
-    if isinstance(element, ir.ComplexType):
-        return 2 * _bytes_of(element.element_type)
-    return _bytes_of(element)
-
-
-def _bytes_of(element: ir.Type) -> int:
-    width = element.width if isinstance(element, (ir.IntegerType, ir.FloatType)) else 64
-    return max(1, -(-width // 8))  # i1 is stored as a byte
-
-
-def _zero_text(element: ir.Type) -> str:
-    if isinstance(element, ir.ComplexType):
-        return "(0.0, 0.0)"
-    if isinstance(element, ir.FloatType):
-        return "0.0"
-    if isinstance(element, ir.IntegerType) and element.width == 1:
-        return "false"
-    return "0"

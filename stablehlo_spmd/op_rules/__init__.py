@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Sequence
 from jaxlib.mlir import ir
 
 from stablehlo_spmd.ir import per_context
+from stablehlo_spmd.shapes import rank_of, shape_of
 
 
 class FactorKind(enum.Enum):
@@ -219,15 +220,8 @@ def project_axes(axes, factors: tuple[int, ...], factor_sizes: tuple[int, ...],
     return result
 
 
-def shape_of(value: ir.Value) -> tuple[int, ...] | None:
-    value_type = value.type
-    if isinstance(value_type, ir.RankedTensorType):
-        return tuple(value_type.shape)
-    return None
-
-
 def ranks(values) -> list[int]:
-    return [len(shape_of(v) or ()) for v in values]
+    return [rank_of(v) for v in values]
 
 
 def elementwise_rule(op: ir.Operation, unreduced: UnreducedFlow = UnreducedFlow.NONE,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from stablehlo_spmd.op_rules import (
-    FactorKind, RuleBuilder, UnreducedFlow, int_array, register, shape_of)
+from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow, int_array, register
+from stablehlo_spmd.shapes import shape_of
 
 
 @register("stablehlo.dot_general")

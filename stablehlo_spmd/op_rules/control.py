@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from stablehlo_spmd.op_rules import (
-    FactorKind, RuleBuilder, UnreducedFlow, register, register_ties, shape_of)
+from stablehlo_spmd.module_shardings import is_sharding_constraint
+from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow, register, register_ties
+from stablehlo_spmd.shapes import shape_of
 
 
 @register("stablehlo.optimization_barrier")
@@ -34,10 +35,8 @@ def _constraint(op: ir.Operation):
 
     Other custom calls are opaque: no rule, so they are replicated with a warning.
     """
-    if op.name == "stablehlo.custom_call":
-        target = ir.StringAttr(op.attributes["call_target_name"]).value
-        if target != "Sharding" or len(op.operands) != 1:
-            return None
+    if not is_sharding_constraint(op) or len(op.operands) != 1:
+        return None
     shape = shape_of(op.results[0]) or ()
     builder = RuleBuilder([len(shape)], [len(shape)])
     for dim, size in enumerate(shape):

@@ -11,7 +11,8 @@ import math
 from jaxlib.mlir import ir
 
 from stablehlo_spmd.op_rules import (
-    FactorKind, OpRule, RuleBuilder, UnreducedFlow, int_array, register, shape_of)
+    FactorKind, OpRule, RuleBuilder, UnreducedFlow, int_array, ranks, register)
+from stablehlo_spmd.shapes import shape_of
 
 
 @register("stablehlo.broadcast_in_dim")
@@ -120,7 +121,7 @@ def _created(op: ir.Operation):
 
     (rng ops take shape/state operands, which stay whole.)
     """
-    operand_ranks = [len(shape_of(v) or ()) for v in op.operands]
+    operand_ranks = ranks(op.operands)
     result_shapes = [shape_of(r) or () for r in op.results]
     builder = RuleBuilder(operand_ranks, [len(s) for s in result_shapes])
     for result, shape in enumerate(result_shapes):

@@ -35,7 +35,7 @@ from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, SHARDING_TARGET, ShardedValue, function_values, functions, import_shardy,
-    module_mesh, read_hlo, set_attrs, sharding_attr, write_mesh)
+    is_sharding_constraint, module_mesh, read_hlo, set_attrs, sharding_attr, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.propagation import NO_VALUE, Node, Propagator
@@ -242,7 +242,8 @@ class _Graph:
             diagnostics.error(error.location or op.location, error.message)
             return
         elements = hlo.elements if hlo.kind == "tuple" else (hlo,)
-        label = "the sharding constraint" if _is_constraint(op) else f"the sharding on {op.name}"
+        label = ("the sharding constraint" if is_sharding_constraint(op)
+                 else f"the sharding on {op.name}")
         where = source_position(op.location)
         label += f" at {where}" if where else ""
         for index, element in zip(results, elements):
@@ -283,13 +284,13 @@ class _Graph:
         updates = []
         for value, index, annotated in self.result_slots:
             if not annotated:
-                sharding = _summed(solver.sharding(index))
+                sharding = solver.sharding(index).reduced()
                 updates.append((value, MHLO_SHARDING, sharding_attr(sharding, context)))
         set_attrs(updates)
         for node_index, (node, op) in enumerate(zip(self.nodes, self.node_ops)):
             if node.is_tie or op is None or not op.results:
                 continue
-            if _is_constraint(op) or MHLO_SHARDING in op.attributes:
+            if is_sharding_constraint(op) or MHLO_SHARDING in op.attributes:
                 continue
             op.attributes[MHLO_SHARDING] = self._result_attr(node.results, context)
         for op in self._tie_ops():  # while, if, case, call: no rule node of their own
@@ -349,7 +350,7 @@ class _Graph:
         """Make `op` read the summed value: one marked reshard per partial value
         and layout, placed right after its definition so it serves every use
         that wants it that way."""
-        target = layout if layout is not None else _summed(self.solver.sharding(value))
+        target = layout if layout is not None else self.solver.sharding(value).reduced()
         summed_value = self._summed_values.get((value, target))
         if summed_value is None:
             operand = op.operands[position]
@@ -379,16 +380,6 @@ class _Graph:
                 diagnostics.remark(op.location, text)
             if origins:
                 op.attributes["spmd.origin"] = ir.StringAttr.get(text, op.context)
-
-
-def _summed(sharding: Sharding) -> Sharding:
-    return dataclasses.replace(sharding, unreduced=(), reduction="sum")
-
-
-def _is_constraint(op: ir.Operation) -> bool:
-    return (op.name == "sdy.sharding_constraint" or
-            (op.name == "stablehlo.custom_call"
-             and ir.StringAttr(op.attributes["call_target_name"]).value == SHARDING_TARGET))
 
 
 def _fixed(text: str):

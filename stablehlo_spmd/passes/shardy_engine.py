@@ -64,9 +64,9 @@ from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import cached_attr, source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MHLO_SHARDING, SDY_SHARDING, SHARDING_TARGET, ShardedValue, all_sharded_values, functions,
-    function_values, import_shardy, mesh_attr_text, read_hlo, set_attrs, sdy_sharding_text,
-    sharding_attr)
+    MHLO_SHARDING, SDY_SHARDING, ShardedValue, all_sharded_values, functions, function_values,
+    import_shardy, is_sharding_constraint, mesh_attr_text, read_hlo, set_attrs,
+    sdy_sharding_text, sharding_attr)
 from stablehlo_spmd.sharding import Sharding
 
 PIPELINE = "builtin.module(sdy-propagation-pipeline)"
@@ -157,7 +157,10 @@ def to_shardy(module: ir.Operation, mesh: Mesh) -> bool:
     ok = True
     constraints = []
     for value in all_sharded_values(module):
-        if value.kind == "op" and _is_constraint(value.owner):
+        # Only XLA's spelling is converted: an sdy.sharding_constraint is
+        # Shardy's own already (import_shardy leaves none behind anyway).
+        if value.kind == "op" and value.owner.name == "stablehlo.custom_call" \
+                and is_sharding_constraint(value.owner):
             constraints.append(value)
             continue
         try:
@@ -381,7 +384,3 @@ def _replicate_unsharded(module: ir.Operation) -> None:
 
     module.walk(visit)
 
-
-def _is_constraint(op: ir.Operation) -> bool:
-    return (op.name == "stablehlo.custom_call"
-            and ir.StringAttr(op.attributes["call_target_name"]).value == SHARDING_TARGET)
