@@ -1,27 +1,26 @@
 """``stablehlo-spmd demo``: the whole tool chain on a GPT-style training step.
 
-Exports ``examples/transformer.py``'s training step, annotates it from
-``examples/transformer_rules.toml`` (data=4 x model=2, Megatron layout),
+Exports the training step of `stablehlo_spmd.demo_model`, annotates it from
+the package's ``demo_rules.toml`` (data=4 x model=2, Megatron layout),
 propagates, partitions, runs the per-device program on 8 CPU host devices,
 and checks the loss and every updated parameter against a single-device run
 of the same program.  It prints the collectives the partitioner inserted
-(kind, bytes per device, the source location that caused each) and the time
-each stage took.
+(kind, bytes per device, the line of the model that caused each, or "no
+location" when no model line did) and the time each stage took.
 
-The example model lives in the repository's ``examples/`` folder (next to
-this package in a source checkout, or in the current directory), so the
-demo runs from a checkout, as the README's first command does.
+The model and its rules ship inside the package, so an installed demo runs
+from any directory; ``examples/transformer.py`` is the same model for the
+README's other commands.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import pathlib
+import importlib.resources
 import time
 
-from stablehlo_spmd.errors import SpmdError
-
 DEVICES = 8
+NO_LOCATION = "no location"
 
 
 @dataclasses.dataclass
@@ -31,16 +30,6 @@ class Collective:
     where: str
 
 
-def find_examples() -> pathlib.Path:
-    candidates = [pathlib.Path.cwd() / "examples",
-                  pathlib.Path(__file__).resolve().parents[1] / "examples"]
-    for candidate in candidates:
-        if (candidate / "transformer.py").is_file():
-            return candidate
-    raise SpmdError("the demo needs the repository's examples/ folder: run it from a checkout "
-                    "of stablehlo-spmd")
-
-
 def run_demo(echo=print) -> bool:
     from stablehlo_spmd.runtime import ensure_host_devices
     ensure_host_devices(DEVICES)
@@ -48,18 +37,18 @@ def run_demo(echo=print) -> bool:
     import jax
 
     import stablehlo_spmd as ss
-    from stablehlo_spmd.export import load_object
+    from stablehlo_spmd import demo_model
 
-    examples = find_examples()
     timings = {}
     start = time.perf_counter()
-    fn, args = load_object(f"{examples / 'transformer.py'}:train_step_example")()
+    fn, args = demo_model.train_step_example()
     text = ss.export(fn, *args)
     timings["export"] = time.perf_counter() - start
 
-    rules = str(examples / "transformer_rules.toml")
+    rules_file = importlib.resources.files("stablehlo_spmd") / "demo_rules.toml"
     start = time.perf_counter()
-    annotated = ss.annotate(text, rules=rules, filename="train_step.mlir")
+    with importlib.resources.as_file(rules_file) as rules:
+        annotated = ss.annotate(text, rules=str(rules), filename="train_step.mlir")
     timings["annotate"] = time.perf_counter() - start
     start = time.perf_counter()
     propagated = ss.propagate(annotated, filename="train_step.mlir")
@@ -143,4 +132,4 @@ def _describe(op, kind: str, source_position) -> Collective:
         "all_to_all": size(operand) * fraction / max(group, 1),
         "collective_permute": float(size(operand)),
     }[kind]
-    return Collective(kind, cost, source_position(op.location) or "(no location)")
+    return Collective(kind, cost, source_position(op.location) or NO_LOCATION)

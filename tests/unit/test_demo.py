@@ -1,16 +1,91 @@
-"""The README's main job: the demo partitions, runs and checks a GPT training step."""
+"""The README's first command: the demo partitions, runs and checks a GPT training step.
 
-from stablehlo_spmd.demo import list_collectives, run_demo
+The demo runs once, as a user runs it: a fresh process started in an empty
+directory outside the checkout, with no PYTHONPATH and no C++ log level of
+its own.  An audit hook in that process records every file it opens, so the
+tests can tell that the installed package carries everything the demo reads.
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+import stablehlo_spmd
+from stablehlo_spmd import demo_model
+from stablehlo_spmd.demo import NO_LOCATION, list_collectives
+
+CHECKOUT = pathlib.Path(os.path.abspath(__file__)).parents[2]
+PACKAGE = pathlib.Path(os.path.abspath(stablehlo_spmd.__file__)).parent
+
+DEMO_RECORDING_OPENED_FILES = """
+import os, sys
+opened = set()
+def record(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        opened.add(os.path.abspath(os.fsdecode(args[0])))  # a link is caught where it is
+sys.addaudithook(record)
+from stablehlo_spmd.cli.main import main
+try:
+    main(["demo"])
+finally:
+    with open(sys.argv[1], "w") as out:
+        out.write("\\n".join(sorted(opened)))
+"""
 
 
-def test_demo_matches_single_device_and_reports_collectives():
-    lines = []
-    assert run_demo(lines.append) is True
-    text = "\n".join(lines)
-    assert "all results match the single-device run: True" in text
-    assert "collectives," in text and "bytes per device" in text
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("outside_the_checkout")
+    opened_list = cwd.parent / "opened.txt"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}
+    done = subprocess.run([sys.executable, "-c", DEMO_RECORDING_OPENED_FILES, str(opened_list)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    opened = [pathlib.Path(p) for p in opened_list.read_text().splitlines()]
+    return done, opened
+
+
+def test_demo_matches_single_device_from_outside_the_checkout(demo_run):
+    done, _ = demo_run
+    assert done.returncode == 0, done.stderr
+    assert "all results match the single-device run: True" in done.stdout
+    assert re.search(r"^\d+ collectives, [\d,]+ bytes per device$", done.stdout, re.MULTILINE)
     for stage in ("export", "annotate", "propagate", "partition"):
-        assert any(line.startswith(stage) for line in lines), stage
+        assert re.search(rf"^{stage} +[\d.]+ ms$", done.stdout, re.MULTILINE), stage
+
+
+def test_demo_reads_only_files_the_installed_package_carries(demo_run):
+    _, opened = demo_run
+    assert not [p for p in opened if (CHECKOUT / "examples") in p.parents]
+    package_data = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())[
+        "tool"]["setuptools"]["package-data"]["stablehlo_spmd"]
+    read_from_package = {p.relative_to(PACKAGE).as_posix() for p in opened
+                         if PACKAGE in p.parents and p.suffix not in (".py", ".pyc")}
+    assert "demo_rules.toml" in read_from_package
+    assert read_from_package <= set(package_data)
+
+
+def test_every_collective_is_located_in_the_model_or_nowhere(demo_run):
+    done, _ = demo_run
+    lines = done.stdout.splitlines()
+    first = lines.index(next(line for line in lines if line.startswith("collective "))) + 1
+    last = lines.index(next(line for line in lines if re.match(r"\d+ collectives,", line)))
+    model_file = pathlib.Path(demo_model.__file__).resolve()
+    located = 0
+    for line in lines[first:last]:
+        where = line.split(maxsplit=2)[2]
+        if where == NO_LOCATION:
+            continue
+        path, line_number, _column = where.rsplit(":", 2)
+        assert pathlib.Path(path).resolve() == model_file, line
+        assert 0 < int(line_number) <= len(model_file.read_text().splitlines())
+        located += 1
+    assert located * 2 > last - first  # most come from a line of the model, not "no location"
 
 
 def test_collective_costs_follow_the_cost_table():
