@@ -11,6 +11,15 @@ the ones before it:
     runtime                                    compile and run partitioned modules on PJRT
 """
 
+import os as _os
+
+# XLA's C++ logging reads TF_CPP_MIN_LOG_LEVEL once, when jaxlib first loads.
+# `import jax` defaults it to 1 (no INFO lines), but this package loads
+# jaxlib's MLIR bindings before jax, so that default would come too late and
+# every PJRT client start would print its device list on stderr.  Same
+# default, set before anything loads jaxlib; a level the user chose is kept.
+_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
 from stablehlo_spmd.api import (
     annotate, as_mesh, format_sharding, parse_sharding, partition, propagate, run_passes, spmd_jit)
 from stablehlo_spmd.diagnostics import Diagnostic, SpmdWarning

@@ -59,6 +59,13 @@ def test_demo_matches_single_device_from_outside_the_checkout(demo_run):
         assert re.search(rf"^{stage} +[\d.]+ ms$", done.stdout, re.MULTILINE), stage
 
 
+def test_demo_prints_no_cpp_log_lines(demo_run):
+    done, _ = demo_run
+    assert "pjrt_client.cc" not in done.stderr
+    assert not re.search(r"^[IWEF]\d{4} ", done.stderr, re.MULTILINE), done.stderr  # absl's prefix
+    assert done.stderr == ""
+
+
 def test_demo_reads_only_files_the_installed_package_carries(demo_run):
     _, opened = demo_run
     assert not [p for p in opened if (CHECKOUT / "examples") in p.parents]
