@@ -66,6 +66,14 @@ def test_demo_prints_no_cpp_log_lines(demo_run):
     assert done.stderr == ""
 
 
+def test_a_log_level_the_user_set_is_kept():
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import os, stablehlo_spmd; print(os.environ['TF_CPP_MIN_LOG_LEVEL'])"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "0", done.stderr
+
+
 def test_demo_reads_only_files_the_installed_package_carries(demo_run):
     _, opened = demo_run
     assert not [p for p in opened if (CHECKOUT / "examples") in p.parents]
