@@ -30,13 +30,21 @@ Three routes were weighed on jax 0.10.2:
   (Shardy for sdy modules) compiles exactly this module (as parsed, sent as
   bytecode), the way ``jax.jit`` compiles its own
   lowering (the options come from jax's ``compiler.get_compile_options``
-  when it is there, as ``jit`` uses them).  Inputs are placed with the public
-  ``jax.device_put``, the loaded executable runs with ``execute_sharded``
-  (one global ``jax.Array`` per parameter, as ``pxla`` calls it), and results
-  are assembled with the public ``jax.make_array_from_single_device_arrays``.
-  What comes from ``jax._src`` is guarded, each with a fallback:
-  ``compiler.get_compile_options``, ``sharding_impls.GSPMDSharding`` (see
-  below), ``xla_bridge.backends_are_initialized`` and the C++ log level.
+  when it is there, as ``jit`` uses them).  The loaded executable runs with
+  ``execute_sharded`` (one global ``jax.Array`` per parameter, as ``pxla``
+  calls it).
+
+A call costs what jax's own compiled call costs: a host (NumPy) input is cut
+into the slices its devices hold (worked out once per argument) and handed
+to jaxlib's C++ ``batched_device_put``, the transfer jax's ``jit`` makes for
+a host argument; a jax array laid out otherwise moves with the public
+``jax.device_put``; results are built by jax's C++ result handlers, as its
+``jit`` builds them (falling back to the public
+``jax.make_array_from_single_device_arrays`` where a sharding lists its
+devices in another order than the executable).  What comes from ``jax._src``
+is guarded, each with a fallback: ``compiler.get_compile_options``,
+``sharding_impls.GSPMDSharding`` (see below), the result handlers,
+``xla_bridge.backends_are_initialized`` and the C++ log level.
 
 The layouts the runtime uses are the ones XLA compiled
 (``get_parameter_shardings`` / ``get_output_shardings``), so a shard always
@@ -64,13 +72,17 @@ argument's dtype); an error names the argument by index and by the pytree
 path JAX wrote in its location (``loc("params['w1']")``).  Results are
 described by ``jax.result_info`` when present.  When the module donates
 arguments (``tf.aliasing_output``, ``jax.buffer_donor``) the caller's jax
-arrays are copied first, so running never deletes them.
+arrays are copied first, so running never deletes them.  64-bit arguments
+stay 64-bit whatever jax's x64 flag says.  An argument or result XLA split
+unevenly (the GSPMD spelling allows it) cannot be a ``jax.Array``: calling
+such an executable is refused with a message naming it.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import io
 import os
@@ -528,8 +540,6 @@ class Executable:
         self.mesh = info.mesh
         self.filename = filename
         self._donates = info.donates
-        self._fast_outputs: bool | None = None  # decided on the first call
-        self._result_handlers = None
         self.jax_mesh = None
         if info.mesh is not None:
             mesh_devices = np.empty(info.mesh.size, dtype=object)
@@ -555,6 +565,15 @@ class Executable:
         # device_ids lists them in another, so such arguments are handed over in XLA's terms.
         self._call_shardings = tuple(self._in_executable_order(s, h)
                                      for s, h in zip(self.in_shardings, in_hlo))
+        self._uneven = _uneven_boundary(self.arguments + self.results,
+                                        self._call_shardings + self.out_shardings)
+        if self._uneven is None:
+            self._host_transfers = tuple(_HostTransfer(argument, sharding, self.devices)
+                                         for argument, sharding in zip(self.arguments,
+                                                                       self._call_shardings))
+            self._output_handlers = [_output_handler(result, sharding, self.devices)
+                                     for result, sharding in zip(self.results,
+                                                                 self.out_shardings)]
 
     # ------------------------------------------------------------ shardings
 
@@ -617,13 +636,16 @@ class Executable:
         """
         import jax
 
+        if self._uneven is not None:
+            raise RuntimeCompileError(self._uneven, self.filename)
         if len(inputs) != len(self.arguments):
             listed = ", ".join(a.describe() for a in self.arguments) or "none"
             raise RuntimeInputError(
                 f"expected {len(self.arguments)} input{'s' if len(self.arguments) != 1 else ''} "
                 f"({listed}), got {len(inputs)}", self.filename)
         placed = []
-        for value, argument, sharding in zip(inputs, self.arguments, self._call_shardings):
+        for value, argument, transfer in zip(inputs, self.arguments, self._host_transfers):
+            sharding = transfer.sharding
             # The common steady-state call: a jax.Array already laid out as the
             # executable wants it, checked with three cheap comparisons.
             if (not self._donates and isinstance(value, jax.Array)
@@ -632,37 +654,18 @@ class Executable:
                 placed.append(value)
                 continue
             value = _checked_value(value, argument, self.filename)
-            if (isinstance(value, jax.Array) and not self._donates
-                    and value.sharding.is_equivalent_to(sharding, value.ndim)):
+            if not isinstance(value, jax.Array):
+                placed.append(transfer(value))
+            elif not self._donates and value.sharding.is_equivalent_to(sharding, value.ndim):
                 placed.append(value)  # already laid out as the executable wants it
             else:
-                placed.append(jax.device_put(value, sharding, may_alias=False)
-                              if isinstance(value, jax.Array) else jax.device_put(value, sharding))
+                placed.append(jax.device_put(value, sharding, may_alias=False))
         return placed
 
     def __call__(self, *inputs: Any) -> list:
         """Run on global inputs (NumPy or jax arrays); returns global `jax.Array`s."""
-        import jax
-
-        placed = self.place(inputs)
-        results = self._loaded.execute_sharded(placed)
-        if self._fast_outputs:
-            return results.consume_with_handlers(self._result_handlers)
-        shards = results.disassemble_into_single_device_arrays()
-        if self._fast_outputs is None:
-            # The first call builds the outputs through jax's checked public
-            # path and notes whether the executable hands back shards in each
-            # output sharding's own device order; later calls then hand the
-            # results to jax's C++ result handlers, as jax's jit does.
-            arrays = [jax.make_array_from_single_device_arrays(result.shape, sharding, pieces)
-                      for result, sharding, pieces in zip(self.results, self.out_shardings,
-                                                          shards)]
-            self._result_handlers = _result_handlers(self.results, self.out_shardings)
-            self._fast_outputs = (self._result_handlers is not None
-                                  and _same_device_order(arrays, shards))
-            return arrays
-        return [jax.make_array_from_single_device_arrays(result.shape, sharding, pieces)
-                for result, sharding, pieces in zip(self.results, self.out_shardings, shards)]
+        results = self._loaded.execute_sharded(self.place(inputs))
+        return results.consume_with_handlers(self._output_handlers)
 
     def memory_analysis(self):
         """Per-device memory of the compiled program (argument, output, temp and
@@ -678,30 +681,70 @@ class Executable:
                 f"{self.num_partitions} {self.devices[0].platform} devices>")
 
 
-def _same_device_order(arrays, shards) -> bool:
-    """Whether each built array keeps its shards in the order they came back."""
-    try:
-        return all([buffer.devices() for buffer in array._arrays] ==
-                   [piece.devices() for piece in pieces]
-                   for array, pieces in zip(arrays, shards))
-    except AttributeError:  # a jax without the private fast path
-        return False
+class _HostTransfer:
+    """Puts a host (NumPy) value of one argument on the devices, as the executable takes it.
+
+    Which slice of the value each device holds is worked out once, here; a call
+    only cuts those slices (views, whatever the value's strides) and hands them
+    to jaxlib's batched transfer, the C++ call jax's own jit makes for a host
+    argument.  ``jax.device_put`` on each argument spends Python on checks
+    `_checked_value` already made: a call took 1.4x jax's own through it.
+    ``enable_x64``: the executable was compiled for the module's types, so a
+    64-bit value must not be narrowed the way jax narrows it when x64 is off.
+    """
+
+    def __init__(self, argument: TensorInfo, sharding, devices: tuple):
+        import jax
+
+        self.sharding = sharding
+        self._aval = jax.core.ShapedArray(argument.shape, argument.dtype)
+        self._devices = list(devices)
+        by_device = sharding.devices_indices_map(argument.shape)
+        self._slices = [by_device[device] for device in devices]
+
+    def __call__(self, value: np.ndarray):
+        from jaxlib import xla_client as xc
+
+        return xc.batched_device_put(self._aval, self.sharding,
+                                     [value[where] for where in self._slices], self._devices,
+                                     True, enable_x64=True)
 
 
-def _result_handlers(results, shardings):
-    """jax's own C++ result handlers (what its jit uses to build outputs), or None.
+def _output_handler(result: TensorInfo, sharding, devices: tuple):
+    """What builds one result's global jax.Array from its per-device buffers.
 
-    Private jax API: only used after `_same_device_order` confirmed the shard
-    order on the first call, and skipped entirely if it is missing.
+    The buffers come back in the executable's device order.  When the
+    sharding lists its devices in that order, jax's own C++ result handler
+    (what its jit uses; private API, skipped if missing) wraps them as they
+    are; otherwise jax's public assembly matches each buffer to its device.
     """
     import jax
-    try:
-        from jax._src import array as jax_array
-        return [jax_array._array_global_result_handler(
-                    jax.core.ShapedArray(result.shape, result.dtype), sharding, True)
-                for result, sharding in zip(results, shardings)]
-    except (ImportError, AttributeError, TypeError):
-        return None
+
+    if _device_order(sharding) == devices:
+        try:
+            from jax._src import array as jax_array
+            return jax_array._array_global_result_handler(
+                jax.core.ShapedArray(result.shape, result.dtype), sharding, True)
+        except (ImportError, AttributeError, TypeError):
+            pass
+    return functools.partial(jax.make_array_from_single_device_arrays, result.shape, sharding)
+
+
+def _uneven_boundary(values: Sequence[TensorInfo], shardings: Sequence[Any]) -> str | None:
+    """Why the executable cannot be called, if XLA split an argument or result unevenly.
+
+    A jax.Array holds equal shards only, and XLA's buffers for such a value
+    are padded ones, so neither side of the call can be expressed.
+    """
+    for value, sharding in zip(values, shardings):
+        try:
+            sharding.shard_shape(value.shape)
+        except ValueError:
+            return (f"{value.describe()} ({value.type_text}) is split unevenly by the sharding "
+                    f"XLA compiled for it ({sharding}); a jax.Array cannot hold uneven shards, so "
+                    "the module cannot be called: pad it to a multiple of the mesh axes in the "
+                    "module")
+    return None
 
 
 def _checked_value(value: Any, argument: TensorInfo, filename: str | None) -> Any:

@@ -163,6 +163,67 @@ module @psum_gspmd attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas 
 """
 
 
+# A scalar replicated beside a sharded matrix: the one multiplies the other.
+SCALE = """
+module @scale attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=4]>
+  func.func public @main(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>} loc("x"),
+                         %arg1: tensor<f32> {sdy.sharding = #sdy.sharding<@mesh, []>} loc("s"))
+      -> (tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) {
+    %0 = sdy.manual_computation(%arg0, %arg1) in_shardings=[<@mesh, [{"x"}, {}]>, <@mesh, []>] out_shardings=[<@mesh, [{"x"}, {}]>] manual_axes={"x"} (%a: tensor<2x4xf32>, %s: tensor<f32>) {
+      %1 = stablehlo.broadcast_in_dim %s, dims = [] : (tensor<f32>) -> tensor<2x4xf32>
+      %2 = stablehlo.multiply %a, %1 : tensor<2x4xf32>
+      sdy.return %2 : tensor<2x4xf32>
+    } : (tensor<8x4xf32>, tensor<f32>) -> tensor<8x4xf32>
+    return %0 : tensor<8x4xf32>
+  }
+}
+"""
+
+# 10 rows over 4 devices, the way the partitioner writes it: padded to 12 before the manual
+# computation, sliced back to 10 after.
+PADDED = """
+module @padded attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=4]>
+  func.func public @main(%arg0: tensor<10x6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>} loc("x"))
+      -> (tensor<10x6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) {
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %0 = stablehlo.pad %arg0, %cst, low = [0, 0], high = [2, 0], interior = [0, 0] : (tensor<10x6xf32>, tensor<f32>) -> tensor<12x6xf32>
+    %1 = sdy.manual_computation(%0) in_shardings=[<@mesh, [{"x"}, {}]>] out_shardings=[<@mesh, [{"x"}, {}]>] manual_axes={"x"} (%a: tensor<3x6xf32>) {
+      %2 = stablehlo.negate %a : tensor<3x6xf32>
+      sdy.return %2 : tensor<3x6xf32>
+    } : (tensor<12x6xf32>) -> tensor<12x6xf32>
+    %3 = stablehlo.slice %1 [0:10, 0:6] : (tensor<12x6xf32>) -> tensor<10x6xf32>
+    return %3 : tensor<10x6xf32>
+  }
+}
+"""
+
+# The GSPMD spelling lets XLA split 10 rows 4 ways at the boundary, which no jax.Array can hold.
+UNEVEN_GSPMD = """
+module @uneven attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<10x6xf32> {mhlo.sharding = "ARG"} loc("v"))
+      -> (tensor<10x6xf32> {jax.result_info = "result", mhlo.sharding = "RESULT"}) {
+    %0 = stablehlo.negate %arg0 : tensor<10x6xf32>
+    return %0 : tensor<10x6xf32>
+  }
+}
+"""
+
+# Two 64-bit arguments, one sharded.
+WIDE = """
+module @wide attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2]>
+  func.func public @main(%arg0: tensor<4xi64> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>},
+                         %arg1: tensor<f64>) -> (tensor<4xi64>, tensor<f64>) {
+    %0 = stablehlo.negate %arg0 : tensor<4xi64>
+    %1 = stablehlo.multiply %arg1, %arg1 : tensor<f64>
+    return %0, %1 : tensor<4xi64>, tensor<f64>
+  }
+}
+"""
+
+
 def assert_sharding(array, executable, spec):
     expected = NamedSharding(executable.jax_mesh, spec)
     assert isinstance(array.sharding, NamedSharding), array.sharding
@@ -260,6 +321,81 @@ def test_inputs_may_be_jax_arrays_laid_out_any_way(eight_devices, make_jax_mesh)
     assert exe.place([already, b])[0] is already
 
 
+def test_host_arrays_with_any_strides(eight_devices):
+    # Each device is sent a slice of the host array cut as a view, so the strides of the
+    # caller's array (column-major, reversed, a strided window) reach the transfer as they are.
+    a = rand(8, 6)
+    b = RNG.integers(-100, 100, size=(16, 3)).astype(np.int32)
+    exe = runtime.compile(TWO_AXES)
+    views = [np.asfortranarray(a), a[::-1].copy()[::-1], np.repeat(a, 2, axis=1)[:, ::2]]
+    for view in views:
+        assert not view.flags.c_contiguous and np.array_equal(view, a)
+        out = exe(view, np.asfortranarray(b))
+        np.testing.assert_array_equal(np.asarray(out[0]), a * a)
+        np.testing.assert_array_equal(np.asarray(out[1]), b + b)
+
+
+def test_host_and_device_arrays_mixed(eight_devices, make_jax_mesh):
+    x, w1 = rand(8, 16), rand(16, 4)
+    exe = runtime.compile(PSUM)
+    placed = exe.place([x, w1])
+    elsewhere = jax.device_put(w1, NamedSharding(make_jax_mesh((8,), ("d",)), P("d", None)))
+    for inputs in ([x, w1], [placed[0], w1], [x, placed[1]], [jnp.asarray(x), elsewhere],
+                   placed):
+        (out,) = exe(*inputs)
+        np.testing.assert_allclose(np.asarray(out), x @ w1, rtol=1e-5, atol=1e-5)
+    # A result fed to another executable, which takes it in another layout.
+    (again,) = runtime.compile(ELEMENTWISE)(exe(x, w1)[0])
+    np.testing.assert_allclose(np.asarray(again), np.tanh(x @ w1) * 2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scalar", [2.5, np.float32(2.5), np.array(2.5, np.float32),
+                                    jnp.float32(2.5)],
+                         ids=["python", "numpy-scalar", "numpy-0d", "jax"])
+def test_replicated_scalar_argument(eight_devices, scalar):
+    x = rand(8, 4)
+    (out,) = runtime.compile(SCALE)(x, scalar)
+    np.testing.assert_allclose(np.asarray(out), x * 2.5, rtol=1e-6)
+
+
+def test_module_padding_an_uneven_split_runs(eight_devices):
+    x = rand(10, 6)
+    exe = runtime.compile(PADDED)
+    (out,) = exe(x)
+    np.testing.assert_array_equal(np.asarray(out), -x)
+    (back,) = exe(out)  # a device array in
+    np.testing.assert_array_equal(np.asarray(back), x)
+
+
+@pytest.mark.parametrize("arg, result, culprit", [
+    ("{devices=[4,1]<=[4]}", "{replicated}", "argument #0 'v'"),
+    ("{replicated}", "{devices=[4,1]<=[4]}", "result #0 'result'")])
+def test_unevenly_split_boundary_is_refused_clearly(eight_devices, arg, result, culprit):
+    exe = runtime.compile(UNEVEN_GSPMD.replace("ARG", arg).replace("RESULT", result))
+    with pytest.raises(runtime.RuntimeCompileError,
+                       match=rf"{culprit} \(tensor<10x6xf32>\) is split unevenly"):
+        exe(rand(10, 6))
+
+
+def test_64_bit_arguments_keep_their_type_with_x64_off():
+    # jax narrows 64-bit host values while its x64 flag is off (the default); the executable
+    # was compiled for 64 bits, and 32-bit buffers make XLA abort the process.
+    big = 3 * 2 ** 40
+    lines = fresh_python(f"""
+        from stablehlo_spmd import runtime
+        runtime.ensure_host_devices(2)
+        import jax, numpy as np
+        assert not jax.config.jax_enable_x64
+        wide, square = runtime.compile({WIDE!r})(np.arange(4, dtype=np.int64) * {big}, 1 + 2**-40)
+        print(wide.dtype, square.dtype)
+        print(*np.asarray(wide).tolist())
+        print(repr(float(square)))
+    """)
+    assert lines[0] == "int64 float64"
+    assert lines[1] == " ".join(str(-i * big) for i in range(4))
+    assert float(lines[2]) == (1 + 2 ** -40) ** 2
+
+
 def test_shard_map_lowered_by_jax_runs(eight_devices):
     mesh = jax.make_mesh((4,), ("x",), devices=jax.devices()[:4],
                          axis_types=(jax.sharding.AxisType.Auto,))
@@ -294,6 +430,11 @@ def test_donated_arguments_leave_the_callers_array_alone(eight_devices):
     (out,) = exe(x)
     assert not x.is_deleted()
     np.testing.assert_allclose(np.asarray(out), np.tanh(np.asarray(x)) * 2, rtol=1e-6)
+    host = rand(8, 4)
+    kept = host.copy()
+    (out,) = exe(host)
+    np.testing.assert_array_equal(host, kept)
+    np.testing.assert_allclose(np.asarray(out), np.tanh(kept) * 2, rtol=1e-6)
 
 
 def test_run_caches_executables_by_text(eight_devices, monkeypatch):
