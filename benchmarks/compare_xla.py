@@ -49,6 +49,10 @@ examples/transformer_rules.toml.  For each workload:
    ``_loaded``), so "exec o/x" compares the programs and "step o/x" adds the
    Python each call path costs.  These are tiny programs on a 2-core host:
    the figures are mostly dispatch and host-side collective overhead.
+   "host": each side's public call handed the NumPy inputs instead, so the
+   time includes cutting them into shards and putting those on the devices
+   (jax's ``Compiled.__call__`` takes host arrays too); printed in its own
+   table beside "step" (device arrays in).
 5. Per-device memory: ``Executable.memory_analysis()`` for ours,
    ``compiled.memory_analysis()`` for XLA.
 6. Numerics: every output of ours is checked against XLA's (allclose, with
@@ -60,8 +64,10 @@ examples/transformer_rules.toml.  For each workload:
    each (XLA's partitioner runs inside compile and is not timed apart).
 
 Printed: the main table, pass and compile times, the memory table, the
-largest differences between the two programs' outputs, and each program's
-collectives with their per-device shapes, groups and bytes.  ``--all`` runs
+largest differences between the two programs' outputs, each program's
+collectives with their per-device shapes, groups and bytes, and the call
+path table (each side's call handed host arrays and device arrays; it is
+not in the written report).  ``--all`` runs
 every workload and also writes benchmarks/results/latest.md (header with
 date, versions, devices and the command; one table; each workload's
 collectives) and latest.png (bytes and step ratios per workload), through
@@ -370,7 +376,38 @@ def _block(outputs):
     return jax.block_until_ready(outputs)
 
 
-def run_workload(workload: Workload, repeat: int, unmatched: str, show_hlo: bool) -> Row:
+@dataclasses.dataclass(frozen=True)
+class CallTimes:
+    """Each side's public call, median ms: handed host (NumPy) arrays, and device arrays."""
+    name: str
+    ours_host_ms: float
+    xla_host_ms: float
+    ours_device_ms: float
+    xla_device_ms: float
+
+
+def print_call_times(times: list[CallTimes], repeat: int) -> None:
+    header = ("workload", "host ms ours", "host ms XLA", "host o/x", "device ms ours",
+              "device ms XLA", "device o/x")
+    table = [(t.name, f"{t.ours_host_ms:.3f}", f"{t.xla_host_ms:.3f}",
+              f"{t.ours_host_ms / t.xla_host_ms:.2f}", f"{t.ours_device_ms:.3f}",
+              f"{t.xla_device_ms:.3f}", f"{t.ours_device_ms / t.xla_device_ms:.2f}")
+             for t in times]
+    widths = [max(len(r[i]) for r in table + [header]) for i in range(len(header))]
+    print(f"call path: each side's public call handed host (NumPy) arrays or arrays already on "
+          f"the devices (the step column), median of {repeat} alternating runs")
+    line = " | ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                      for i, (h, w) in enumerate(zip(header, widths)))
+    print(line)
+    print("-" * len(line))
+    for row in table:
+        print(" | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(row, widths))))
+    print("")
+
+
+def run_workload(workload: Workload, repeat: int, unmatched: str,
+                 show_hlo: bool) -> tuple[Row, CallTimes]:
     import stablehlo_spmd as ss
     from jax.sharding import NamedSharding, PartitionSpec
     from stablehlo_spmd import runtime
@@ -498,8 +535,10 @@ def run_workload(workload: Workload, repeat: int, unmatched: str, show_hlo: bool
     def xla_exec():
         return xla_loaded.execute_sharded(xla_flat).disassemble_into_single_device_arrays()
 
+    host_inputs = jax.tree_util.tree_unflatten(in_tree, leaves)
     calls = {"ours": lambda: executable(*ours_inputs), "xla": lambda: compiled(*xla_inputs),
-             "ours exec": ours_exec, "xla exec": xla_exec}
+             "ours exec": ours_exec, "xla exec": xla_exec,
+             "ours host": lambda: executable(*leaves), "xla host": lambda: compiled(*host_inputs)}
     for _ in range(3):
         for call in calls.values():
             _block(call())
@@ -517,10 +556,11 @@ def run_workload(workload: Workload, repeat: int, unmatched: str, show_hlo: bool
     except Exception:  # noqa: BLE001  (not every backend has it)
         xla_stats = None
 
-    return Row(workload.name, ours_found, xla_found, ms["ours"], ms["xla"],
-               ms["ours exec"], ms["xla exec"], passes, ours_compile_ms, xla_lower_ms,
-               xla_compile_ms, Memory.from_stats(executable.memory_analysis()),
-               Memory.from_stats(xla_stats), max_error)
+    row = Row(workload.name, ours_found, xla_found, ms["ours"], ms["xla"],
+              ms["ours exec"], ms["xla exec"], passes, ours_compile_ms, xla_lower_ms,
+              xla_compile_ms, Memory.from_stats(executable.memory_analysis()),
+              Memory.from_stats(xla_stats), max_error)
+    return row, CallTimes(workload.name, ms["ours host"], ms["xla host"], ms["ours"], ms["xla"])
 
 
 def _pass_times(text: str, rule_set, pipeline_ms: float, repeat: int = 3) -> PassTimes:
@@ -615,16 +655,19 @@ def main() -> None:
         raise SystemExit(f"need {DEVICES} devices; XLA_FLAGS was set too late")
     jax.block_until_ready(jax.jit(lambda x: x + 1)(1.0))   # the backend's one-time start-up
 
-    rows = []
+    rows, call_times = [], []
     for workload in _workloads():
         if not options.all and workload.name not in options.workloads:
             continue
         start = time.perf_counter()
-        rows.append(run_workload(workload, options.repeat, options.unmatched, options.dump_hlo))
+        row, times = run_workload(workload, options.repeat, options.unmatched, options.dump_hlo)
+        rows.append(row)
+        call_times.append(times)
         print(f"  {workload.name}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr,
               flush=True)
     info = run_info(options.repeat, options.unmatched)
     print_text(rows, info)
+    print_call_times(call_times, options.repeat)
     if options.all:
         for path in write_report(REPORT_DIR, rows, info):
             print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
