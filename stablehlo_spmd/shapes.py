@@ -93,3 +93,19 @@ def zeros(tensor_type: ir.Type) -> ir.Value:
 def scalar_zero(element_type: ir.Type) -> ir.Value:
     """A rank-0 constant zero of `element_type`."""
     return zeros(ir.RankedTensorType.get([], element_type))
+
+
+def local_type(value_type: ir.Type, sharding) -> ir.Type:
+    """The per-device type of a value of `value_type` laid out as `sharding`
+    (a `Sharding`; padded shards are ceil-sized); other types are unchanged."""
+    if not isinstance(value_type, ir.RankedTensorType):
+        return value_type
+    shaped = ir.RankedTensorType(value_type)
+    return ir.RankedTensorType.get(sharding.shard_shape(tuple(shaped.shape)), shaped.element_type)
+
+
+def int_constant(value: int, tensor_type: ir.Type) -> ir.Value:
+    """A splat integer constant of `tensor_type` (an index, a size, an offset)."""
+    element = ir.RankedTensorType(tensor_type).element_type
+    return stablehlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+        tensor_type, ir.IntegerAttr.get(element, value))).result

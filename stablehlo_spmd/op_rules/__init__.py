@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 from jaxlib.mlir import ir
 
@@ -57,6 +57,17 @@ DimFactors = tuple[int, ...]          # factor ids of one dimension, major to mi
 TensorFactors = tuple[DimFactors, ...]
 
 
+class FactorGroup(NamedTuple):
+    """A grouped op's groups (a convolution's feature or batch groups): the
+    attribute holding the group count, the factor that counts the groups,
+    and the per-group factors that share its dimensions.  A device holding
+    whole groups runs the same op with fewer groups."""
+
+    count_attribute: str
+    factor: int
+    members: tuple[int, ...]
+
+
 @dataclasses.dataclass(frozen=True)
 class OpRule:
     factor_sizes: tuple[int, ...]
@@ -74,6 +85,10 @@ class OpRule:
     # Padding of an uneven, sharded REDUCTION factor can be overwritten with
     # the reduction's neutral value before the local op reads it.
     masks_padding: bool = False
+    # For each operand, the operand holding that neutral value (a reduce's
+    # init); none: zero.
+    neutral_operands: tuple[int, ...] = ()
+    groups: tuple[FactorGroup, ...] = ()
 
     @property
     def num_factors(self) -> int:
@@ -105,11 +120,17 @@ class RuleBuilder:
     def build(self, unreduced: UnreducedFlow = UnreducedFlow.NONE,
               linear_operands: Iterable[int] = (), reduction: str | None = None,
               elementwise: bool = False, keeps_attributes: bool = False,
-              masks_padding: bool = False) -> OpRule:
+              masks_padding: bool = False, neutral_operands: Iterable[int] = (),
+              groups: Iterable[FactorGroup] = ()) -> OpRule:
         freeze = lambda tensors: tuple(tuple(tuple(d) for d in t) for t in tensors)  # noqa: E731
         return OpRule(tuple(self._sizes), tuple(self._kinds), freeze(self._operands),
                       freeze(self._results), unreduced, tuple(linear_operands), reduction,
-                      elementwise, keeps_attributes, masks_padding)
+                      elementwise, keeps_attributes, masks_padding, tuple(neutral_operands),
+                      tuple(groups))
+
+    def dim_factors(self, tensor: int, dim: int, result: bool = False) -> tuple[int, ...]:
+        """The factors added so far to dim `dim` of operand (or result) `tensor`."""
+        return tuple((self._results if result else self._operands)[tensor][dim])
 
 
 # ------------------------------------------------------------------ registry

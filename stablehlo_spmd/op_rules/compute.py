@@ -107,4 +107,5 @@ def _reduce(op: ir.Operation):
     linear = kind == "sum" and is_zero_constant(op.operands[1])
     return builder.build(UnreducedFlow.JOINT if linear else UnreducedFlow.NONE,
                          (0,) if linear else (), reduction=kind,
-                         keeps_attributes=True, masks_padding=True)
+                         keeps_attributes=True, masks_padding=True,
+                         neutral_operands=range(count, 2 * count))

@@ -36,7 +36,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from stablehlo_spmd.op_rules import (
-    FactorKind, RuleBuilder, UnreducedFlow, int_array, ranks, register)
+    FactorGroup, FactorKind, RuleBuilder, UnreducedFlow, int_array, ranks, register)
 from stablehlo_spmd.op_rules.compute import is_zero_constant, reduction_kind
 
 PASS, PERM, NEED = FactorKind.PASS_THROUGH, FactorKind.PERMUTATION, FactorKind.NEED_REPLICATION
@@ -394,8 +394,10 @@ def _convolution(op: ir.Operation):
     padding = padding_pairs(op, spatial_rank)
 
     builder = RuleBuilder([len(lhs_shape), len(rhs_shape)], [len(out_shape)])
+    group_factors = []  # (count attribute, group factor, its lhs dim)
     if batch_groups > 1:
-        builder.factor(batch_groups, PASS, [lhs_batch, rhs_out], [out_feature])
+        group_factors.append(("batch_group_count", builder.factor(
+            batch_groups, PASS, [lhs_batch, rhs_out], [out_feature]), lhs_batch))
     builder.factor(out_shape[out_batch], PASS, [lhs_batch, None], [out_batch])
 
     for index, (lhs_dim, rhs_dim, out_dim) in enumerate(zip(lhs_spatial, rhs_spatial, out_spatial)):
@@ -416,14 +418,22 @@ def _convolution(op: ir.Operation):
             left //= size
 
     if feature_groups > 1:
-        builder.factor(feature_groups, PASS, [lhs_feature, rhs_out], [out_feature])
+        group_factors.append(("feature_group_count", builder.factor(
+            feature_groups, PASS, [lhs_feature, rhs_out], [out_feature]), lhs_feature))
     in_per_group = rhs_shape[rhs_in]
     if in_per_group > 1 or feature_groups == 1:
         builder.factor(in_per_group, FactorKind.REDUCTION, [lhs_feature, rhs_in], [None])
     out_per_group = out_shape[out_feature] // (batch_groups * feature_groups)
     if out_per_group > 1:
         builder.factor(out_per_group, PASS, [None, rhs_out], [out_feature])
-    # Grouped convolutions are kept whole by the partitioner: a split feature
-    # dim would regroup them, so their attributes do not carry over per device.
+    # The group counts are attributes that hold sizes: a grouped convolution
+    # does not keep its attributes per device, and the partitioner's
+    # strategy rewrites the counts of groups it splits (`groups`).
+    groups = [FactorGroup(attribute, factor, tuple(sorted(
+        {f for dims in (builder.dim_factors(0, lhs_dim), builder.dim_factors(1, rhs_out),
+                        builder.dim_factors(0, out_feature, result=True))
+         for f in dims if f != factor})))
+        for attribute, factor, lhs_dim in group_factors]
     return builder.build(UnreducedFlow.SEPARATE, (0, 1), reduction="sum",
-                         keeps_attributes=feature_groups == 1 and batch_groups == 1)
+                         keeps_attributes=feature_groups == 1 and batch_groups == 1,
+                         groups=groups)

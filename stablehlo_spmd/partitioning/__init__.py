@@ -1,13 +1,21 @@
 """Partitioning: one global program's ops rewritten into the per-device program.
 
-`partitioner.Partitioner` holds the walk, the rule-driven path and the
-replicated fallback; the other modules register handlers for ops whose
-per-device form needs more than new types, one family a module, as XLA's
-SPMD partitioner has one visitor method per op kind.  Importing this package
-registers them all.
+* `partitioner.Partitioner`, the driver: walks the ops once, asks each op's
+  strategy for a plan, reshards operands, emits, settles results;
+* `strategy`: the `Plan`/`Strategy` protocol, the registry keyed by op name,
+  the rule-driven and replicated defaults, and the factor-axes planning
+  every rule-based strategy starts from;
+* `skeleton`: the shard_map frame (global signature, ``sdy.manual_computation``);
+* one module per family of ops whose per-device form needs more than new
+  types: `basic` (constants, iota, sharding constraints), `windowed` (halo
+  exchange), `indexing` (gather, scatter), `sorting` (top-k), `control`
+  (loops, branches, calls, run-time-offset slices).
+
+Importing this package registers every strategy.
 """
 
-from stablehlo_spmd.partitioning import control, indexing, sorting, windowed  # noqa: F401  (registers handlers)
-from stablehlo_spmd.partitioning.partitioner import HANDLERS, Partitioner
+from stablehlo_spmd.partitioning import basic, control, indexing, sorting, windowed  # noqa: F401
+from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.strategy import STRATEGIES
 
-__all__ = ["HANDLERS", "Partitioner"]
+__all__ = ["Partitioner", "STRATEGIES"]

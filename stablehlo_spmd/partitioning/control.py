@@ -18,114 +18,112 @@ slices a scanned layer stack is made of.
   (`op_rules.control`), so today a callee has exactly one signature and a
   site whose operands are sharded otherwise is resharded to it.  Letting
   sites keep their own shardings needs propagation to solve the callee once
-  per site (Shardy's named computations); the cache here is keyed by the
-  signature so that nothing changes in this module when it does.
+  per site (Shardy's named computations); the cache of outlined functions
+  (`Partitioner.outlined`) is keyed by the signature so that nothing
+  changes in this module when it does.
 * ``dynamic_slice`` / ``dynamic_update_slice`` at a run-time offset (what
   ``jax.lax.scan`` does to a stack of layers' weights, and to its stacked
   outputs, with the loop counter): the dims they take whole stay sharded
-  per device and only the offset dims need the whole operand, so one
-  layer's slice of a model-parallel stack is read locally each iteration
-  instead of gathering the stack.
+  per device, so one layer's slice of a model-parallel stack is read
+  locally each iteration instead of gathering the stack.  A slice at a
+  run-time offset reads its dim whole (the offset can fall on any device);
+  an update at one keeps the operand split there and each device writes
+  the part of the update that falls in its shard.
+
+This module also owns what every region-holding op here tells the driver's
+`Partitioner.create`: which shardings a region's block arguments and yields
+have (a while's carries; an if/case branch's full results).
 """
 
 from __future__ import annotations
-
-import dataclasses
-import weakref
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 from jaxlib.mlir.dialects import stablehlo as hlo
 
-from stablehlo_spmd import op_rules
 from stablehlo_spmd.module_shardings import function_values
-from stablehlo_spmd.partitioning.partitioner import Partitioner, handles, local_type, shape_of
+from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.strategy import Plan, strategy
+from stablehlo_spmd.shapes import int_constant, local_type, scalar_zero, shape_of, zeros
 from stablehlo_spmd.sharding import Sharding
-
-# Per-device functions already made, per partitioning: signature -> symbol.
-_OUTLINED: "weakref.WeakKeyDictionary[Partitioner, dict[tuple, str]]" = weakref.WeakKeyDictionary()
-
-
-def _full(sharding: Sharding) -> Sharding:
-    """`sharding` with no pending partial sum (what crosses a region boundary)."""
-    return dataclasses.replace(sharding, unreduced=(), reduction="sum")
 
 
 # ------------------------------------------------------------------ loops
 
-@handles("stablehlo.while")
-def emit_while(p: Partitioner, op: ir.Operation) -> None:
-    """A loop keeps its carries in their (propagated) shardings: operands
-    are resharded to them, the body runs per device, results stay so."""
-    carries = p.result_shardings(op)
-    operands = [p.to(v, s) if shape_of(v) is not None else p.local[v]
-                for v, s in zip(op.operands, carries)]
+def _while_plan(p: Partitioner, op: ir.Operation) -> Plan:
+    carries = [s if shape_of(r) is not None else None
+               for r, s in zip(op.results, p.result_shardings(op))]
+    return Plan(carries, carries, carries)
+
+
+@strategy("stablehlo.while", plan=_while_plan)
+def emit_while(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+    """A loop keeps its carries in their (propagated) shardings: they are
+    the block arguments of both regions and what the body yields."""
+    carries = [s if s is not None else Sharding.replicated(p.mesh, 0) for s in plan.produced]
     result_types = [local_type(r.type, s) for r, s in zip(op.results, carries)]
-    new_op = p.create(op, operands, result_types)
-    for old, new, sharding in zip(op.results, new_op.results, carries):
-        p.bind(old, new, sharding)
+    return p.create(op, operands, result_types,
+                    regions=[(carries, None), (carries, carries)]).results
 
 
 # --------------------------------------------------------------- branches
 
-@handles("stablehlo.if", "stablehlo.case")
-def emit_branches(p: Partitioner, op: ir.Operation) -> None:
-    """Every device takes the branch the whole program takes; each branch
-    (cloned by `Partitioner.create`) yields the results per device."""
+def _branches_plan(p: Partitioner, op: ir.Operation) -> Plan:
     predicate = op.operands[0]
-    predicate = p.to(predicate, Sharding.replicated(p.mesh, len(shape_of(predicate) or ())))
     targets = p.result_shardings(op)
-    yielded = [_full(s) for s in targets]
-    new_op = p.create(op, [predicate], [local_type(r.type, s) for r, s in zip(op.results, yielded)])
-    for old, new, sharding, target in zip(op.results, new_op.results, yielded, targets):
-        p.bind(old, new, sharding)
-        if shape_of(old) is not None:
-            p.settle(old, target)
+    yielded = [s.reduced() for s in targets]
+    return Plan([t if shape_of(r) is not None else None for r, t in zip(op.results, targets)],
+                [Sharding.replicated(p.mesh, len(shape_of(predicate) or ()))], yielded)
+
+
+@strategy("stablehlo.if", "stablehlo.case", plan=_branches_plan)
+def emit_branches(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+    """Every device takes the branch the whole program takes; each branch
+    yields the results per device, as full values."""
+    result_types = [local_type(r.type, s) for r, s in zip(op.results, plan.produced)]
+    return p.create(op, operands, result_types,
+                    regions=[(None, plan.produced)] * len(op.regions)).results
 
 
 # ------------------------------------------------------------------ calls
 
-@handles("func.call")
-def emit_call(p: Partitioner, op: ir.Operation) -> bool | None:
-    """Call the callee's per-device function for this site's signature.
-
-    The operands are resharded to the callee's argument shardings (a
-    function boundary carries full values) and the results come back in
-    the callee's result shardings, then settle to the call's own.
-    """
+def _call_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+    """The callee's argument shardings in, its result shardings out (a
+    function boundary carries full values); results then settle to the
+    call's own shardings."""
     name = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
-    callee = p.callees[name]
-    values = list(function_values(callee))
+    values = list(function_values(p.callees[name]))
     arguments = [p.declared(v) if shape_of(a) is not None else None
                  for v, a in zip((v for v in values if v.kind == "argument"), op.operands)]
     results = [p.declared(v) if shape_of(r) is not None else None
                for v, r in zip((v for v in values if v.kind == "result"), op.results)]
     if any(s is None for s, a in zip(arguments, op.operands) if shape_of(a) is not None) or \
             any(s is None for s, r in zip(results, op.results) if shape_of(r) is not None):
-        return False  # a bad sharding on the callee, reported by `declared`: run it as it is
-    operands = [p.to(a, s) if s is not None else p.local[a] for a, s in zip(op.operands, arguments)]
-    signature = (name, tuple(arguments), tuple(results))
-    outlined = _OUTLINED.setdefault(p, {})
-    symbol = outlined.get(signature)
+        return None  # a bad sharding on the callee, reported by `declared`: run it as it is
+    wanted = [s if shape_of(r) is not None else None
+              for r, s in zip(op.results, p.result_shardings(op))]
+    return Plan(wanted, arguments, results, detail=name)
+
+
+@strategy("func.call", plan=_call_plan)
+def emit_call(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+    """Call the callee's per-device function for this site's signature."""
+    name = plan.detail
+    signature = (name, tuple(plan.required), tuple(plan.produced))
+    symbol = p.outlined.get(signature)
     if symbol is None:
-        symbol = outlined[signature] = _outline(p, callee, name, arguments, results,
-                                                set(outlined.values()))
+        symbol = p.outlined[signature] = _outline(p, p.callees[name], name, plan.required,
+                                                  plan.produced, set(p.outlined.values()))
     result_types = [local_type(r.type, s) if s is not None else r.type
-                    for r, s in zip(op.results, results)]
-    call = func.CallOp(result_types, symbol, operands)
-    for old, new, sharding, target in zip(op.results, call.results, results, p.result_shardings(op)):
-        if sharding is None:
-            p.local[old] = new
-            continue
-        p.bind(old, new, sharding)
-        p.settle(old, target)
+                    for r, s in zip(op.results, plan.produced)]
+    return func.CallOp(result_types, symbol, operands).results
 
 
 def _outline(p: Partitioner, callee: ir.Operation, name: str, arguments, results,
              taken: set[str]) -> str:
     """Emit `callee` partitioned for one signature as a private function of
-    the module being built; returns its symbol (the callee's own for its
-    first signature, then a suffixed one no other function has or will take)."""
+    the module; returns its symbol (the callee's own for its first
+    signature, then a suffixed one no other function has or will take)."""
     symbol, suffix = name, 0
     while symbol in taken or (symbol != name and symbol in p.callees):
         suffix += 1
@@ -136,7 +134,7 @@ def _outline(p: Partitioner, callee: ir.Operation, name: str, arguments, results
     terminator = entry.operations[len(entry.operations) - 1]
     result_types = [local_type(v.type, s) if s is not None else v.type
                     for v, s in zip(terminator.operands, results)]
-    with ir.InsertionPoint(_module_block()), callee.location:
+    with ir.InsertionPoint(p.module.regions[0].blocks[0]), callee.location:
         function = func.FuncOp(symbol, (arg_types, result_types), visibility="private")
     body = function.add_entry_block()
     for old, new, sharding in zip(entry.arguments, body.arguments, arguments):
@@ -154,62 +152,64 @@ def _outline(p: Partitioner, callee: ir.Operation, name: str, arguments, results
     return symbol
 
 
-def _module_block() -> ir.Block:
-    """The body of the module the current insertion point is in (the
-    partitioner's new module, whose functions replace the old ones)."""
-    operation = ir.InsertionPoint.current.block.owner.operation
-    while operation.name != "builtin.module":
-        operation = operation.parent.operation
-    return operation.regions[0].blocks[0]
-
-
 # ------------------------------------------- slices at run-time offsets
 
-@handles("stablehlo.dynamic_slice")
-def emit_dynamic_slice(p: Partitioner, op: ir.Operation) -> bool | None:
+@strategy("stablehlo.dynamic_slice")
+def emit_dynamic_slice(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     """Slice locally: a dim the slice takes whole keeps its axes (its slice
     size becomes the shard's size, its start index is clamped to 0 as it is
     globally); a dim sliced at a run-time offset is read whole (its factor
     needs replication), as the offset can fall on any device."""
-    rule = op_rules.rule_for(op)
-    if rule is None:
-        return False
-    wanted = p.result_shardings(op)
-    axes = p.factor_axes(op, rule, wanted)
-    required, produced = p.layouts(op, rule, axes, wanted)
-    operand = op.operands[0]
-    p.warn_if_dims_gathered(op, rule, operand, rule.operands[0], required[0])
-    local_operand = p.to(operand, required[0])
-    indices = [p.to(v, layout) for v, layout in zip(op.operands[1:], required[1:])]
-    result_type = local_type(op.results[0].type, produced[0])
-    sliced = hlo.DynamicSliceOp(local_operand, indices, list(result_type.shape)).result
-    p.bind(op.results[0], sliced, produced[0])
-    p.settle(op.results[0], wanted[0])
-    return True
+    result_type = local_type(op.results[0].type, plan.produced[0])
+    return [hlo.DynamicSliceOp(operands[0], operands[1:], list(result_type.shape)).result]
 
 
-@handles("stablehlo.dynamic_update_slice")
-def emit_dynamic_update_slice(p: Partitioner, op: ir.Operation) -> bool | None:
-    """Update locally: where the update covers a dim whole, operand, update
-    and result keep its axes; where it is written at a run-time offset,
-    that dim of the operand is held whole (each device could own the part
-    the offset falls on) and the update is read whole there."""
-    rule = op_rules.rule_for(op)
-    if rule is None:
-        return False
+@strategy("stablehlo.dynamic_update_slice")
+def emit_dynamic_update_slice(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+    """Update each device's shard in place, as the rule says: operand and
+    result keep their split on a dim written at a run-time offset, and the
+    update is read whole there.
+
+    Each device pads its shard by the update's size on both sides of such
+    a dim and writes the update at its offset made local; an update that
+    misses the shard is clamped by the op itself into the padding on one
+    side or the other, and slicing the padding off again leaves exactly the
+    elements of the update that fall in the shard.
+    """
     operand, update = op.operands[0], op.operands[1]
-    wanted = p.result_shardings(op)
-    axes = p.factor_axes(op, rule, wanted)
+    local, local_update, *starts = operands
+    layout = plan.required[0]
+    index_type = ir.RankedTensorType(starts[0].type) if starts else None
+    padded_dims = []
     for dim, (size, update_size) in enumerate(zip(shape_of(operand), shape_of(update))):
-        if size != update_size:
-            for factor in rule.operands[0][dim]:
-                axes[factor] = ()
-    required, produced = p.layouts(op, rule, axes, wanted)
-    for value, dims, layout in zip((operand, update), rule.operands, required):
-        p.warn_if_dims_gathered(op, rule, value, dims, layout)
-    operands = [p.to(v, layout) for v, layout in zip(op.operands, required)]
-    result_type = local_type(op.results[0].type, produced[0])
-    new_op = p.create(op, operands, [result_type])
-    p.bind(op.results[0], new_op.results[0], produced[0])
-    p.settle(op.results[0], wanted[0])
-    return True
+        dim_axes = layout.dim_axes[dim]
+        if not dim_axes or size == update_size:
+            continue  # (a dim written whole starts at 0, where the op clamps any start)
+        shard = local.type.shape[dim]
+        # The op clamps the global offset into [0, size - update_size] first.
+        start = hlo.ClampOp(zeros(index_type), starts[dim],
+                            int_constant(size - update_size, index_type)).result
+        coordinate = p.emitter.axis_index(dim_axes)
+        if coordinate.type != index_type:
+            coordinate = hlo.ConvertOp(index_type, coordinate).result
+        shard_start = hlo.MulOp(coordinate, int_constant(shard, index_type)).result
+        starts[dim] = hlo.AddOp(hlo.SubtractOp(start, shard_start).result,
+                                int_constant(update_size, index_type)).result
+        local = _pad_dim(local, dim, update_size)
+        padded_dims.append((dim, update_size, shard))
+    updated = hlo.DynamicUpdateSliceOp(local, local_update, starts).result
+    if padded_dims:
+        shape = list(updated.type.shape)
+        begin, end = [0] * len(shape), list(shape)
+        for dim, margin, shard in padded_dims:
+            begin[dim], end[dim] = margin, margin + shard
+        updated = hlo.SliceOp(updated, begin, end, [1] * len(shape)).result
+    return [updated]
+
+
+def _pad_dim(value: ir.Value, dim: int, margin: int) -> ir.Value:
+    """`value` with `margin` zeros before and after along `dim`."""
+    rank = len(value.type.shape)
+    low = [margin if d == dim else 0 for d in range(rank)]
+    return hlo.PadOp(value, scalar_zero(ir.RankedTensorType(value.type).element_type), low, low,
+                     [0] * rank).result

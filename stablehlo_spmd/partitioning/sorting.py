@@ -13,18 +13,45 @@ by rule.
 
 from __future__ import annotations
 
-import dataclasses
-
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd import op_rules
-from stablehlo_spmd.partitioning.partitioner import Partitioner, handles, shape_of
+from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.strategy import Plan, factor_axes, layout, strategy
+from stablehlo_spmd.shapes import shape_of
 from stablehlo_spmd.sharding import Sharding
 
 
-@handles("chlo.top_k")
-def emit_top_k(p: Partitioner, op: ir.Operation) -> bool:
+def _top_k_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+    """Keep the last dim split when each shard holds at least k candidates;
+    the batch dims run as the rule would run them, less the axes the last
+    dim uses.  None (the rule's plan, gathering the last dim) otherwise."""
+    rule = op_rules.rule_for(op)
+    operand = op.operands[0]
+    shape = shape_of(operand)
+    source = p.shardings.get(operand)
+    if rule is None or not shape or source is None:
+        return None
+    last = len(shape) - 1
+    axes = source.dim_axes[last]
+    if not axes:
+        return None
+    k = shape_of(op.results[0])[last]
+    if k > -(-shape[last] // p.mesh.axes_size(axes)):
+        return None  # a shard has fewer than k candidates: gather the dim (by rule)
+    if lowest_literal(operand.type.element_type) is None:
+        return None
+    wanted = p.result_shardings(op)
+    by_rule = layout(p, rule.operands[0], factor_axes(p, op, rule, wanted))
+    batch = [tuple(a for a in by_rule.dim_axes[d] if a not in axes) for d in range(last)]
+    operand_layout = Sharding(p.mesh, (*batch, axes))
+    result_layout = operand_layout.with_dim_axes((*batch, ()))
+    return Plan(wanted, [operand_layout], [result_layout, result_layout], rule)
+
+
+@strategy("chlo.top_k", plan=_top_k_plan)
+def emit_top_k(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     """Local top-k per shard, all-gather of the k candidates, final top-k.
 
     Why the answer is the single-device one: top-k orders by value, ties
@@ -36,32 +63,14 @@ def emit_top_k(p: Partitioner, op: ir.Operation) -> bool:
     Padding of an uneven shard is set to the lowest value there is and sits
     after every real element of its shard, so it never displaces one.
     """
-    rule = op_rules.rule_for(op)
     operand = op.operands[0]
     shape = shape_of(operand)
-    source = p.shardings.get(operand)
-    if rule is None or not shape or source is None:
-        return False
     last = len(shape) - 1
-    axes = source.dim_axes[last]
-    if not axes:
-        return False
-    shards = p.mesh.axes_size(axes)
+    axes = plan.required[0].dim_axes[last]
     n, k = shape[last], shape_of(op.results[0])[last]
-    shard_size = -(-n // shards)
-    if k > shard_size:
-        return False  # a shard has fewer than k candidates: gather the dim (by rule)
-    if lowest_literal(operand.type.element_type) is None:
-        return False
-
-    # Batch dims as the rule would run them, minus the axes the last dim uses.
-    wanted = p.result_shardings(op)
-    factor_axes = p.factor_axes(op, rule, wanted)
-    batch = [tuple(a for a in p.layout(rule.operands[0], factor_axes).dim_axes[d] if a not in axes)
-             for d in range(last)]
-    layout = Sharding(p.mesh, (*batch, axes))
-    local = p.to(operand, layout)
-    if n % shards:
+    shard_size = -(-n // p.mesh.axes_size(axes))
+    local = operands[0]
+    if n % p.mesh.axes_size(axes):
         local = p.emitter.mask_padding(local, last, axes, n, lowest(operand.type.element_type))
 
     local_shape = list(local.type.shape)
@@ -82,15 +91,8 @@ def emit_top_k(p: Partitioner, op: ir.Operation) -> bool:
 
     candidates = p.emitter.all_gather(values, last, axes)
     candidate_indices = p.emitter.all_gather(indices, last, axes)
-    final = p.create(op, [candidates], [values_type, indices_type])
-    best, positions = final.results
-    chosen = take_along_last(candidate_indices, positions)
-
-    result_layout = dataclasses.replace(layout, dim_axes=(*batch, ()))
-    for old, new, target in zip(op.results, (best, chosen), wanted):
-        p.bind(old, new, result_layout)
-        p.settle(old, target)
-    return True
+    best, positions = p.create(op, [candidates], [values_type, indices_type]).results
+    return [best, take_along_last(candidate_indices, positions)]
 
 
 def take_along_last(operand: ir.Value, positions: ir.Value) -> ir.Value:

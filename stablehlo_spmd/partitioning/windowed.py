@@ -43,8 +43,9 @@ from stablehlo_spmd.collectives import halo_extent
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.op_rules import FactorKind, OpRule, int_array
 from stablehlo_spmd.op_rules.windowed import is_zero_scalar, optional_array, padding_pairs
-from stablehlo_spmd.partitioning.partitioner import (
-    Partitioner, handles, local_type, scalar, shape_of, zeros)
+from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.strategy import Plan, factor_axes, plan_from_axes, strategy
+from stablehlo_spmd.shapes import int_constant, local_type, shape_of, zeros
 from stablehlo_spmd.sharding import Sharding
 
 
@@ -59,15 +60,6 @@ class Halo:
     step: int = 0
 
 
-@dataclasses.dataclass
-class _Setup:
-    rule: OpRule
-    wanted: list[Sharding]
-    axes: list[tuple]
-    required: list[Sharding | None]
-    produced: list[Sharding]
-
-
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -76,15 +68,16 @@ def _setup(p: Partitioner, op: ir.Operation,
            halos: Callable[[list[Sharding | None], list[Sharding]], list[Halo]],
            forced: Callable[[OpRule, list[tuple]], None] | None = None,
            always: bool = False,
-           windowed_kinds: tuple[FactorKind, ...] = (FactorKind.PERMUTATION,)) -> _Setup | None:
+           windowed_kinds: tuple[FactorKind, ...] = (FactorKind.PERMUTATION,)) -> Plan | None:
     """Factor axes with the factors of `windowed_kinds` sharded as the result
-    wants, less those on operand dims whose windows do not fit.  None when
-    no window is left, unless `always` (the op has no generic path)."""
+    wants, less those on operand dims whose windows do not fit (reported as
+    gathered).  None when no window is left, unless `always` (the op has no
+    generic path).  The plan's `detail` is the windows found."""
     rule = op_rules.rule_for(op)
     if rule is None or any(shape_of(r) is None for r in op.results):
         return None
     wanted = p.result_shardings(op)
-    axes = p.factor_axes(op, rule, wanted)
+    axes = factor_axes(p, op, rule, wanted)
     used = {a for factor_axes in axes for a in factor_axes}
     for sharding, dims in zip(wanted, rule.results):
         for dim, factors in enumerate(dims):
@@ -94,16 +87,20 @@ def _setup(p: Partitioner, op: ir.Operation,
             if dim_axes and not axes[factor] and not used & set(dim_axes):
                 axes[factor] = dim_axes
                 used.update(dim_axes)
+    stripped: set[int] = set()
     while True:
         if forced is not None:
             forced(rule, axes)
-        required, produced = p.layouts(op, rule, axes, wanted)
-        found = halos(required, produced)
-        misfits = [h for h in found if not _fits(p, op, required, h)]
+        plan = plan_from_axes(p, op, rule, wanted, axes, stripped)
+        found = halos(plan.required, plan.produced)
+        misfits = [h for h in found if not _fits(p, op, plan.required, h)]
         if not misfits:
-            return _Setup(rule, wanted, axes, required, produced) if found or always else None
+            plan.detail = found
+            return plan if found or always else None
         for halo in misfits:
             for factor in rule.operands[halo.operand][halo.dim]:
+                if axes[factor]:
+                    stripped.add(factor)
                 axes[factor] = ()
 
 
@@ -124,9 +121,9 @@ def _fits(p: Partitioner, op: ir.Operation, required, halo: Halo) -> bool:
     return halo_extent(_ceil(size, count), count, halo.offset, halo.length, halo.step) is not None
 
 
-def _window(p: Partitioner, op: ir.Operation, setup: _Setup, local: ir.Value, halo: Halo,
+def _window(p: Partitioner, op: ir.Operation, plan: Plan, local: ir.Value, halo: Halo,
             fill: ir.Value | None = None) -> ir.Value:
-    dim_axes = setup.required[halo.operand].dim_axes[halo.dim]
+    dim_axes = plan.required[halo.operand].dim_axes[halo.dim]
     size = shape_of(op.operands[halo.operand])[halo.dim]
     window = p.emitter.halo_window(local, halo.dim, dim_axes, size, halo.offset, halo.length,
                                    halo.step, fill)
@@ -142,23 +139,10 @@ def _shard(p: Partitioner, size: int, dim_axes: tuple) -> int:
     return _ceil(size, p.mesh.axes_size(dim_axes))
 
 
-def _finish(p: Partitioner, op: ir.Operation, setup: _Setup, results) -> None:
-    for old, new, layout, target in zip(op.results, results, setup.produced, setup.wanted):
-        p.bind(old, new, layout)
-        p.settle(old, target)
-
-
-def _operands(p: Partitioner, op: ir.Operation, setup: _Setup) -> list[ir.Value]:
-    """The operands in their required layouts, warning where a window did
-    not fit and a large sharded dimension is gathered whole instead."""
-    operands = []
-    for value, dims, layout in zip(op.operands, setup.rule.operands, setup.required):
-        if layout is None:
-            operands.append(p.local[value])
-            continue
-        p.warn_if_dims_gathered(op, setup.rule, value, dims, layout)
-        operands.append(p.to(value, layout))
-    return operands
+def windowed_strategy(op_name: str, plan: Callable[[Partitioner, ir.Operation], Plan | None]):
+    """Register a window strategy: its `plan` reads the op's attributes once
+    and leaves, as the plan's `detail`, the emission that uses them."""
+    strategy(op_name, plan=plan)(lambda p, op, plan, operands: plan.detail(operands))
 
 
 def _array_attr(values) -> ir.Attribute:
@@ -183,40 +167,51 @@ def _strided_halo(p: Partitioner, operand: int, dim: int, dim_axes: tuple, size:
 
 # ------------------------------------------------------------ slice, pad
 
-@handles("stablehlo.slice")
-def emit_slice(p: Partitioner, op: ir.Operation):
+def _slice_attributes(op: ir.Operation):
+    return (int_array(op.attributes["start_indices"]), int_array(op.attributes["limit_indices"]),
+            int_array(op.attributes["strides"]))
+
+
+def _slice_halos(p: Partitioner, op: ir.Operation, required, skip=()) -> list[Halo]:
     n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
-    starts = int_array(op.attributes["start_indices"])
-    limits = int_array(op.attributes["limit_indices"])
-    strides = int_array(op.attributes["strides"])
-    owned: dict[int, tuple[tuple, int]] = {}  # dim -> (axes, coordinate holding the slice)
+    starts, _, strides = _slice_attributes(op)
+    found = []
+    for dim, dim_axes in enumerate(required[0].dim_axes):
+        if dim not in skip and dim_axes and (n_in[dim], starts[dim], strides[dim]) != (m_out[dim], 0, 1):
+            found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim],
+                                       starts[dim], strides[dim]))
+    return found
 
-    def halos(required, produced):
-        found = []
-        for dim, dim_axes in enumerate(required[0].dim_axes):
-            if dim in owned:
-                continue
-            if dim_axes and (n_in[dim], starts[dim], strides[dim]) != (m_out[dim], 0, 1):
-                found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim],
-                                           starts[dim], strides[dim]))
-        return found
 
+def _slice_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+    """Windows on split dims; a small slice of a split dim the result wants
+    whole comes from its owner.  The plan's `detail` is (windows, owned)."""
+    starts, _, strides = _slice_attributes(op)
     # Slices have no generic per-device form (their attributes hold sizes).
-    setup = _setup(p, op, halos, always=True)
-    if setup is None:
-        return False
-    owned.update(_owned_slices(p, op, setup, starts, strides))
+    plan = _setup(p, op, lambda required, produced: _slice_halos(p, op, required), always=True)
+    if plan is None:
+        return None
+    owned = _owned_slices(p, op, plan, starts, strides)
     if owned:
-        dim_axes = list(setup.required[0].dim_axes)
+        dim_axes = list(plan.required[0].dim_axes)
         for dim, (axes, _) in owned.items():
             dim_axes[dim] = axes
-        setup.required[0] = dataclasses.replace(setup.required[0], dim_axes=tuple(dim_axes))
-    value = _operands(p, op, setup)[0]
+        plan.required[0] = plan.required[0].with_dim_axes(dim_axes)
+    plan.detail = (_slice_halos(p, op, plan.required, owned), owned)
+    return plan
+
+
+@strategy("stablehlo.slice", plan=_slice_plan)
+def emit_slice(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+    n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
+    starts, limits, strides = _slice_attributes(op)
+    windows, owned = plan.detail
+    value = operands[0]
     for dim, (axes, owner) in owned.items():
         value = _broadcast_piece(p, value, dim, axes, owner,
                                  _shard(p, n_in[dim], axes), starts[dim], m_out[dim], strides[dim])
-    for halo in halos(setup.required, setup.produced):
-        value = _window(p, op, setup, value, halo)
+    for halo in windows:
+        value = _window(p, op, plan, value, halo)
     local_shape = shape_of(value)
     new_starts, new_limits, new_strides = [], [], []
     for dim in range(len(n_in)):
@@ -224,7 +219,7 @@ def emit_slice(p: Partitioner, op: ir.Operation):
             new_starts.append(0)
             new_limits.append(local_shape[dim])
             new_strides.append(1)
-        elif _sharded(setup.required[0], dim):
+        elif _sharded(plan.required[0], dim):
             new_starts.append(0)
             new_limits.append(local_shape[dim])
             new_strides.append(strides[dim] if n_in[dim] != m_out[dim] else 1)
@@ -235,10 +230,10 @@ def emit_slice(p: Partitioner, op: ir.Operation):
     if (new_starts, new_limits, new_strides) != ([0] * len(n_in), list(local_shape),
                                                 [1] * len(n_in)):
         value = hlo.SliceOp(value, new_starts, new_limits, new_strides).result
-    _finish(p, op, setup, [value])
+    return [value]
 
 
-def _owned_slices(p: Partitioner, op: ir.Operation, setup: _Setup, starts, strides):
+def _owned_slices(p: Partitioner, op: ir.Operation, plan: Plan, starts, strides):
     """Dims the result wants whole although the operand is split there, whose
     slice lies inside one device's shard and is less than half the dim: the
     owner broadcasts it (a masked all-reduce, 2(p-1)/p of the slice) rather
@@ -249,10 +244,10 @@ def _owned_slices(p: Partitioner, op: ir.Operation, setup: _Setup, starts, strid
             isinstance(element, ir.IntegerType) and element.width == 1):
         return {}
     n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
-    used = {a for axes in setup.required[0].dim_axes for a in axes}
+    used = {a for axes in plan.required[0].dim_axes for a in axes}
     owned = {}
     for dim, axes in enumerate(source.dim_axes):
-        if not axes or setup.required[0].dim_axes[dim] or used & set(axes) \
+        if not axes or plan.required[0].dim_axes[dim] or used & set(axes) \
                 or 2 * m_out[dim] >= n_in[dim]:
             continue
         shard = _shard(p, n_in[dim], axes)
@@ -275,15 +270,14 @@ def _broadcast_piece(p: Partitioner, value: ir.Value, dim: int, axes: tuple, own
     steps[dim] = stride
     piece = hlo.SliceOp(value, begin, end, steps).result
     index = p.emitter.axis_index(axes)
-    owner_index = scalar(owner, ir.RankedTensorType(index.type).element_type)
+    owner_index = int_constant(owner, index.type)
     mine = hlo.CompareOp(index, owner_index, hlo.ComparisonDirectionAttr.get("EQ")).result
     mask = hlo.BroadcastInDimOp(ir.RankedTensorType.get(
         shape_of(piece), ir.IntegerType.get_signless(1)), mine, []).result
     return p.emitter.all_reduce(hlo.SelectOp(mask, piece, zeros(piece.type)).result, axes)
 
 
-@handles("stablehlo.pad")
-def emit_pad(p: Partitioner, op: ir.Operation):
+def _pad_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
     low = int_array(op.attributes["edge_padding_low"])
     high = int_array(op.attributes["edge_padding_high"])
@@ -299,24 +293,30 @@ def emit_pad(p: Partitioner, op: ir.Operation):
                 found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim], -low[dim]))
         return found
 
-    setup = _setup(p, op, halos, always=True)  # as for slices
-    if setup is None:
-        return False
-    value, pad_value = _operands(p, op, setup)
-    for halo in halos(setup.required, setup.produced):
-        value = _window(p, op, setup, value, halo, pad_value)
-    rank = len(n_in)
-    keep = [not _sharded(setup.required[0], d) for d in range(rank)]
-    result = hlo.PadOp(value, pad_value, [low[d] if keep[d] else 0 for d in range(rank)],
-                       [high[d] if keep[d] else 0 for d in range(rank)],
-                       [interior[d] if keep[d] else 0 for d in range(rank)]).result
-    _finish(p, op, setup, [result])
+    plan = _setup(p, op, halos, always=True)  # as for slices
+    if plan is None:
+        return None
 
+    def emit(operands):
+        value, pad_value = operands
+        for halo in halos(plan.required, plan.produced):
+            value = _window(p, op, plan, value, halo, pad_value)
+        rank = len(n_in)
+        keep = [not _sharded(plan.required[0], d) for d in range(rank)]
+        result = hlo.PadOp(value, pad_value, [low[d] if keep[d] else 0 for d in range(rank)],
+                           [high[d] if keep[d] else 0 for d in range(rank)],
+                           [interior[d] if keep[d] else 0 for d in range(rank)]).result
+        return [result]
+
+    plan.detail = emit
+    return plan
+
+
+windowed_strategy("stablehlo.pad", _pad_plan)
 
 # ------------------------------------------------------- concatenate, reverse
 
-@handles("stablehlo.concatenate")
-def emit_concatenate(p: Partitioner, op: ir.Operation):
+def _concatenate_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     axis = ir.IntegerAttr(op.attributes["dimension"]).value
     sizes = [shape_of(v)[axis] for v in op.operands]
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
@@ -333,27 +333,33 @@ def emit_concatenate(p: Partitioner, op: ir.Operation):
     # Shardy calls the axis of a concatenation of unrelated tensors
     # NEED_REPLICATION (propagation does not shard through it); once a
     # result is sharded there anyway, windows serve it as well as slices.
-    setup = _setup(p, op, halos, windowed_kinds=(FactorKind.PERMUTATION,
+    plan = _setup(p, op, halos, windowed_kinds=(FactorKind.PERMUTATION,
                                                  FactorKind.NEED_REPLICATION))
-    if setup is None or not setup.produced[0].dim_axes[axis]:
-        return False
-    dim_axes = setup.produced[0].dim_axes[axis]
-    s_out = _shard(p, total, dim_axes)
-    merged = None
-    for halo, local, start, size in zip(halos(setup.required, setup.produced),
-                                        _operands(p, op, setup), starts, sizes):
-        window = _window(p, op, setup, local, halo)
-        if merged is None:
-            merged = window
-            continue
-        # Each result position comes from exactly one operand: pick it.
-        mine = p.emitter.inside(shape_of(window), axis, dim_axes, s_out, 0, start, start + size)
-        merged = hlo.SelectOp(mine, window, merged).result
-    _finish(p, op, setup, [merged])
+    if plan is None or not plan.produced[0].dim_axes[axis]:
+        return None
+
+    def emit(operands):
+        dim_axes = plan.produced[0].dim_axes[axis]
+        s_out = _shard(p, total, dim_axes)
+        merged = None
+        for halo, local, start, size in zip(halos(plan.required, plan.produced),
+                                            operands, starts, sizes):
+            window = _window(p, op, plan, local, halo)
+            if merged is None:
+                merged = window
+                continue
+            # Each result position comes from exactly one operand: pick it.
+            mine = p.emitter.inside(shape_of(window), axis, dim_axes, s_out, 0, start, start + size)
+            merged = hlo.SelectOp(mine, window, merged).result
+        return [merged]
+
+    plan.detail = emit
+    return plan
 
 
-@handles("stablehlo.reverse")
-def emit_reverse(p: Partitioner, op: ir.Operation):
+windowed_strategy("stablehlo.concatenate", _concatenate_plan)
+
+def _reverse_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     shape = shape_of(op.results[0])
     dims = list(int_array(op.attributes["dimensions"]))
 
@@ -367,28 +373,34 @@ def emit_reverse(p: Partitioner, op: ir.Operation):
                 found.append(Halo(0, dim, count * shard - shape[dim], shard))
         return found
 
-    setup = _setup(p, op, halos)
-    if setup is None:
-        return False
-    value = hlo.ReverseOp(_operands(p, op, setup)[0], dims).result
-    for halo in halos(setup.required, setup.produced):
-        dim_axes = setup.required[0].dim_axes[halo.dim]
-        # Shard q reversed is shard p-1-q of the reversed, padded tensor; the
-        # padding now leads it, so the result starts `offset` elements in.
-        value = p.emitter.mirror(value, dim_axes)
-        if halo.offset:
-            padded = p.mesh.axes_size(dim_axes) * halo.length
-            value = p.emitter.halo_window(value, halo.dim, dim_axes, padded, halo.offset,
-                                          halo.length)
-    _finish(p, op, setup, [value])
+    plan = _setup(p, op, halos)
+    if plan is None:
+        return None
 
+    def emit(operands):
+        value = hlo.ReverseOp(operands[0], dims).result
+        for halo in halos(plan.required, plan.produced):
+            dim_axes = plan.required[0].dim_axes[halo.dim]
+            # Shard q reversed is shard p-1-q of the reversed, padded tensor; the
+            # padding now leads it, so the result starts `offset` elements in.
+            value = p.emitter.mirror(value, dim_axes)
+            if halo.offset:
+                padded = p.mesh.axes_size(dim_axes) * halo.length
+                value = p.emitter.halo_window(value, halo.dim, dim_axes, padded, halo.offset,
+                                              halo.length)
+        return [value]
+
+    plan.detail = emit
+    return plan
+
+
+windowed_strategy("stablehlo.reverse", _reverse_plan)
 
 # ------------------------------------------------------------------ windows
 
-@handles("stablehlo.reduce_window")
-def emit_reduce_window(p: Partitioner, op: ir.Operation):
+def _reduce_window_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     if len(op.results) != 1:
-        return False
+        return None
     n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
     rank = len(n_in)
     window = int_array(op.attributes["window_dimensions"])
@@ -410,30 +422,34 @@ def emit_reduce_window(p: Partitioner, op: ir.Operation):
                                        -padding[dim][0], strides[dim], extent))
         return found
 
-    setup = _setup(p, op, halos)
-    if setup is None:
-        return False
-    value, init = _operands(p, op, setup)
-    found = halos(setup.required, setup.produced)
-    for halo in found:
-        value = _window(p, op, setup, value, halo, init)
-    new_op = p.create(op, [value, init], [local_type(op.results[0].type, setup.produced[0])])
-    windowed = {h.dim for h in found}
-    attr = _padding_attr([(0, 0) if d in windowed else padding[d] for d in range(rank)])
-    if attr is not None:
-        new_op.attributes["padding"] = attr
-    _finish(p, op, setup, new_op.results)
+    plan = _setup(p, op, halos)
+    if plan is None:
+        return None
+
+    def emit(operands):
+        value, init = operands
+        found = halos(plan.required, plan.produced)
+        for halo in found:
+            value = _window(p, op, plan, value, halo, init)
+        new_op = p.create(op, [value, init], [local_type(op.results[0].type, plan.produced[0])])
+        windowed = {h.dim for h in found}
+        attr = _padding_attr([(0, 0) if d in windowed else padding[d] for d in range(rank)])
+        if attr is not None:
+            new_op.attributes["padding"] = attr
+        return new_op.results
+
+    plan.detail = emit
+    return plan
 
 
-@handles("stablehlo.convolution")
-def emit_convolution(p: Partitioner, op: ir.Operation):
+windowed_strategy("stablehlo.reduce_window", _reduce_window_plan)
+
+def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     rule = op_rules.rule_for(op)
     if rule is None:
-        return False
+        return None
     numbers = hlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
-    groups = _group_factors(op, rule, numbers)
-    if not rule.keeps_attributes and groups is None:
-        return False
+    groups = rule.groups
     lhs_spatial = list(numbers.input_spatial_dimensions)
     rhs_spatial = list(numbers.kernel_spatial_dimensions)
     out_spatial = list(numbers.output_spatial_dimensions)
@@ -446,8 +462,8 @@ def emit_convolution(p: Partitioner, op: ir.Operation):
 
     def one_split_per_dim(rule, axes):
         # Devices must hold whole groups: then only the group count changes.
-        for _, _, inner in groups or ():
-            for factor in inner:
+        for group in groups:
+            for factor in group.members:
                 axes[factor] = ()
         # An lhs spatial dim split both by windows and by the kernel's window
         # has no single halo: keep the window whole there.
@@ -483,56 +499,39 @@ def emit_convolution(p: Partitioner, op: ir.Operation):
                 found.append(_gathered(0, lhs_dim))
         return found
 
-    setup = _setup(p, op, halos, forced=one_split_per_dim, always=True)
-    if setup is None:
-        return False
-    lhs, rhs = _operands(p, op, setup)
-    found = halos(setup.required, setup.produced)
-    for halo in found:
-        lhs = _window(p, op, setup, lhs, halo)
-    for rhs_dim in rhs_spatial:
-        dim_axes = setup.required[1].dim_axes[rhs_dim]
-        if dim_axes and n_rhs[rhs_dim] % p.mesh.axes_size(dim_axes):
-            rhs = p.emitter.mask_padding(rhs, rhs_dim, dim_axes, n_rhs[rhs_dim])
-    new_op = p.create(op, [lhs, rhs], [local_type(op.results[0].type, setup.produced[0])])
-    windowed = {h.dim for h in found}
-    attr = _padding_attr([(0, 0) if lhs_spatial[i] in windowed else padding[i]
-                          for i in range(spatial)])
-    if attr is not None:
-        new_op.attributes["padding"] = attr
-    for count_attr, group, _ in groups or ():
-        if setup.axes[group]:
-            count = ir.IntegerAttr(op.attributes[count_attr]).value
-            new_op.attributes[count_attr] = ir.IntegerAttr.get(
-                ir.IntegerType.get_signless(64), count // p.mesh.axes_size(setup.axes[group]))
-    _finish(p, op, setup, new_op.results)
+    plan = _setup(p, op, halos, forced=one_split_per_dim, always=True)
+    if plan is None:
+        return None
+
+    def emit(operands):
+        lhs, rhs = operands
+        found = halos(plan.required, plan.produced)
+        for halo in found:
+            lhs = _window(p, op, plan, lhs, halo)
+        for rhs_dim in rhs_spatial:
+            dim_axes = plan.required[1].dim_axes[rhs_dim]
+            if dim_axes and n_rhs[rhs_dim] % p.mesh.axes_size(dim_axes):
+                rhs = p.emitter.mask_padding(rhs, rhs_dim, dim_axes, n_rhs[rhs_dim])
+        new_op = p.create(op, [lhs, rhs], [local_type(op.results[0].type, plan.produced[0])])
+        windowed = {h.dim for h in found}
+        attr = _padding_attr([(0, 0) if lhs_spatial[i] in windowed else padding[i]
+                              for i in range(spatial)])
+        if attr is not None:
+            new_op.attributes["padding"] = attr
+        for count_attr, group, _ in groups:
+            if plan.axes[group]:
+                count = ir.IntegerAttr(op.attributes[count_attr]).value
+                new_op.attributes[count_attr] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), count // p.mesh.axes_size(plan.axes[group]))
+        return new_op.results
+
+    plan.detail = emit
+    return plan
 
 
-def _group_factors(op: ir.Operation, rule: OpRule, numbers):
-    """For a grouped convolution: (count attribute, group factor, the
-    per-group factors sharing its dims) for feature and batch groups, or
-    None when the rule has no factor for a group count above 1.  Devices
-    holding whole groups run the same convolution with fewer groups."""
-    found = []
-    for count_attr, lhs_dim in (("feature_group_count", numbers.input_feature_dimension),
-                                ("batch_group_count", numbers.input_batch_dimension)):
-        count = ir.IntegerAttr(op.attributes[count_attr]).value
-        if count == 1:
-            continue
-        out_feature = rule.results[0][numbers.output_feature_dimension]
-        group = next((f for f in rule.operands[0][lhs_dim]
-                      if f in out_feature and rule.factor_sizes[f] == count), None)
-        if group is None:
-            return None
-        inner = {f for dims in (rule.operands[0][lhs_dim],
-                                rule.operands[1][numbers.kernel_output_feature_dimension],
-                                out_feature) for f in dims if f != group}
-        found.append((count_attr, group, tuple(inner)))
-    return found
+windowed_strategy("stablehlo.convolution", _convolution_plan)
 
-
-@handles("stablehlo.select_and_scatter")
-def emit_select_and_scatter(p: Partitioner, op: ir.Operation):
+def _select_and_scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     n_in, m_src = shape_of(op.operands[0]), shape_of(op.operands[1])
     rank = len(n_in)
     window = optional_array(op, "window_dimensions", rank, 1)
@@ -540,7 +539,7 @@ def emit_select_and_scatter(p: Partitioner, op: ir.Operation):
     padding = padding_pairs(op, rank)
     never_selected = _never_selected(op)
     if never_selected is None or not is_zero_scalar(op.operands[2]):
-        return False
+        return None
 
     def source_follows_operand(rule, axes):
         # The source's windows dim (a NEED_REPLICATION factor of its own)
@@ -559,33 +558,40 @@ def emit_select_and_scatter(p: Partitioner, op: ir.Operation):
                                            -padding[dim][0], strides[dim], window[dim]))
         return found
 
-    setup = _setup(p, op, halos, forced=source_follows_operand)
-    if setup is None:
-        return False
-    operand, source, init = _operands(p, op, setup)
-    found = halos(setup.required, setup.produced)
-    element = ir.RankedTensorType(op.operands[0].type).element_type
-    fill = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
-        ir.RankedTensorType.get([], element), ir.FloatAttr.get(element, never_selected))).result
-    for halo in found:
-        operand = _window(p, op, setup, operand, halo, fill)
-        dim_axes = setup.required[1].dim_axes[halo.dim]
-        # Windows past the source's end must scatter nothing.
-        source = p.emitter.mask_padding(source, halo.dim, dim_axes, m_src[halo.dim])
-    windowed_type = ir.RankedTensorType.get(shape_of(operand), element)
-    new_op = p.create(op, [operand, source, init], [windowed_type])
-    attr = _padding_attr([(0, 0) if any(h.dim == d for h in found) else padding[d]
-                          for d in range(rank)])
-    if attr is not None:
-        new_op.attributes["padding"] = attr
-    result = new_op.results[0]
-    for halo in found:
-        dim_axes = setup.required[0].dim_axes[halo.dim]
-        size = _shard(p, n_in[halo.dim], dim_axes)
-        result = p.emitter.halo_window_transpose(result, halo.dim, dim_axes, size,
-                                                 halo.offset, halo.step)
-    _finish(p, op, setup, [result])
+    plan = _setup(p, op, halos, forced=source_follows_operand)
+    if plan is None:
+        return None
 
+    def emit(operands):
+        operand, source, init = operands
+        found = halos(plan.required, plan.produced)
+        element = ir.RankedTensorType(op.operands[0].type).element_type
+        fill = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+            ir.RankedTensorType.get([], element), ir.FloatAttr.get(element, never_selected))).result
+        for halo in found:
+            operand = _window(p, op, plan, operand, halo, fill)
+            dim_axes = plan.required[1].dim_axes[halo.dim]
+            # Windows past the source's end must scatter nothing.
+            source = p.emitter.mask_padding(source, halo.dim, dim_axes, m_src[halo.dim])
+        windowed_type = ir.RankedTensorType.get(shape_of(operand), element)
+        new_op = p.create(op, [operand, source, init], [windowed_type])
+        attr = _padding_attr([(0, 0) if any(h.dim == d for h in found) else padding[d]
+                              for d in range(rank)])
+        if attr is not None:
+            new_op.attributes["padding"] = attr
+        result = new_op.results[0]
+        for halo in found:
+            dim_axes = plan.required[0].dim_axes[halo.dim]
+            size = _shard(p, n_in[halo.dim], dim_axes)
+            result = p.emitter.halo_window_transpose(result, halo.dim, dim_axes, size,
+                                                     halo.offset, halo.step)
+        return [result]
+
+    plan.detail = emit
+    return plan
+
+
+windowed_strategy("stablehlo.select_and_scatter", _select_and_scatter_plan)
 
 def _never_selected(op: ir.Operation) -> float | None:
     """A padding value the select region never prefers to a real element."""

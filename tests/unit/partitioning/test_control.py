@@ -14,6 +14,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import stablehlo_spmd as ss
 from stablehlo_spmd.api import as_mesh, as_rule_set
@@ -173,6 +174,38 @@ def test_stack_sharded_on_its_layer_dimension_gathers_and_says_so():
     assert "all_gather" in partitioned
     leaves = [np.asarray(v) for v in jax.tree_util.tree_leaves((params, x))]
     _compare(text, partitioned, leaves)
+
+
+def _write_rows(buffer, rows, start):
+    return jax.lax.dynamic_update_slice(buffer, rows, (start, 0)) * 2.0
+
+
+@pytest.mark.parametrize("start", [0, 3, 5, 6, 13, 27, 31, -4])
+def test_update_at_a_runtime_offset_writes_each_shard_in_place(start):
+    # A row-sharded buffer updated at a run-time row: the rule keeps the
+    # buffer split there, so each device writes only the rows of the update
+    # that fall in its shard (rows can straddle two shards, or miss all).
+    buffer, rows = _random(32, 8), _random(5, 8)
+    text = ss.export(_write_rows, buffer, rows, np.int32(0))
+    partitioned = _partition_without_warnings(text, [(r"^buffer$", ("data", None)),
+                                                     (r"^result", ("data", None))])
+    body = _manual_body(partitioned)
+    assert re.search(r"stablehlo\.dynamic_update_slice .*-> tensor<18x8xf32>", body)
+    assert not re.search(r"all_gather|all_reduce|all_to_all|collective_permute", body)
+    _compare(text, partitioned, [buffer, rows, np.int32(start)])
+
+
+def test_update_sharded_along_its_offset_dim_is_gathered_and_says_so():
+    # The update must be whole where it is written at a run-time offset
+    # (its factor needs replication): splitting it there is warned about.
+    buffer, rows = _random(32, 8), _random(8, 8)
+    text = ss.export(_write_rows, buffer, rows, np.int32(0))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        partitioned = _partition(text, [(r"^buffer$", ("data", None)), (r"^rows$", ("data", None))])
+    assert any("dynamic_update_slice" in str(w.message) and "dimension 0" in str(w.message)
+               for w in seen)
+    _compare(text, partitioned, [buffer, rows, np.int32(11)])
 
 
 def test_calls_become_one_per_device_function_per_signature():

@@ -1,0 +1,111 @@
+"""The shard_map form of the output: a global signature around one manual body.
+
+The partitioned ``@main`` keeps the global argument and result types, each
+with its ``sdy.sharding``, and holds the per-device program in one
+``sdy.manual_computation`` over every mesh axis: the form ``jax.shard_map``
+lowers to, which any PJRT client compiles.  `ShardMapSkeleton` builds that
+frame with the MLIR op builders, in the module being partitioned, and hands
+the driver the body block and its per-device arguments; `finish` returns the
+per-device results from the body.
+
+``sdy.manual_computation`` needs dimensions its axes divide, so an uneven
+argument is zero-padded to whole shards before it (GSPMD's padding, made
+explicit) and an uneven result sliced back after it.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func, sdy
+from jaxlib.mlir.dialects import stablehlo as hlo
+
+from stablehlo_spmd.ir import cached_attr
+from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.module_shardings import SDY_SHARDING, mesh_attr_text, sdy_sharding_text
+from stablehlo_spmd.shapes import local_type, scalar_zero
+from stablehlo_spmd.sharding import Sharding
+
+MESH_NAME = "mesh"
+
+
+class ShardMapSkeleton:
+    """A new public ``@main`` (and its ``sdy.mesh``) at the top of `module`,
+    whose manual body the driver fills."""
+
+    def __init__(self, module: ir.Operation, mesh: Mesh, old_main: ir.Operation,
+                 arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding]):
+        context = module.context
+        entry = old_main.regions[0].blocks[0]
+        arg_types = [a.type for a in entry.arguments]
+        result_types = list(ir.FunctionType(
+            ir.TypeAttr(old_main.attributes["function_type"]).value).results)
+        self.result_types = result_types
+        self.result_shardings = list(result_shardings)
+        top = module.regions[0].blocks[0]
+        first = top.operations[0] if len(top.operations) else None
+        with ir.InsertionPoint.at_block_begin(top) if first is None else ir.InsertionPoint(first):
+            with old_main.location:
+                sdy.MeshOp(MESH_NAME, cached_attr(mesh_attr_text(mesh), context))
+                self.function = func.FuncOp("main", (arg_types, result_types), visibility="public")
+        self.function.attributes["arg_attrs"] = _sharding_dicts(arg_shardings, context)
+        self.function.attributes["res_attrs"] = _sharding_dicts(result_shardings, context)
+        # The arguments keep their locations: they carry the pytree names.
+        locations = [a.location for a in entry.arguments]
+        outer = self.function.add_entry_block(arg_locs=locations)
+        with ir.InsertionPoint(outer), old_main.location:
+            operands = [_padded(arg, s) for arg, s in zip(outer.arguments, arg_shardings)]
+            padded_results = [_whole_shards_type(t, s) for t, s in zip(result_types, result_shardings)]
+            self.manual = sdy.ManualComputationOp(
+                padded_results, operands, _per_value(arg_shardings, context),
+                _per_value(result_shardings, context),
+                cached_attr("#sdy<manual_axes{" + ", ".join(f'"{a}"' for a in mesh.axis_names)
+                            + "}>", context))
+            block = self.manual.regions[0].blocks.append(
+                *[local_type(t, s) for t, s in zip(arg_types, arg_shardings)], arg_locs=locations)
+            returned = []
+            for value, global_type in zip(self.manual.results, result_types):
+                if value.type != global_type:
+                    shape = ir.RankedTensorType(global_type).shape
+                    value = hlo.SliceOp(value, [0] * len(shape), list(shape),
+                                        [1] * len(shape)).result
+                returned.append(value)
+            func.ReturnOp(returned)
+        self.body = block
+
+    def finish(self, local_results: Sequence[ir.Value]) -> None:
+        """End the manual body: it returns these per-device results."""
+        with ir.InsertionPoint(self.body), self.function.location:
+            sdy.ReturnOp(list(local_results))
+
+
+def _sharding_dicts(shardings: Sequence[Sharding], context: ir.Context) -> ir.Attribute:
+    return ir.ArrayAttr.get([ir.DictAttr.get(
+        {SDY_SHARDING: cached_attr(sdy_sharding_text(s, MESH_NAME), context)}, context)
+        for s in shardings], context)
+
+
+def _per_value(shardings: Sequence[Sharding], context: ir.Context) -> ir.Attribute:
+    inner = ", ".join(sdy_sharding_text(s, MESH_NAME)[len("#sdy.sharding"):] for s in shardings)
+    return cached_attr(f"#sdy.sharding_per_value<[{inner}]>", context)
+
+
+def _whole_shards_type(global_type: ir.Type, sharding: Sharding) -> ir.Type:
+    """`global_type` grown to a whole number of (ceil-sized) shards per dim."""
+    if not isinstance(global_type, ir.RankedTensorType):
+        return global_type
+    shaped = ir.RankedTensorType(global_type)
+    local = sharding.shard_shape(tuple(shaped.shape))
+    return ir.RankedTensorType.get([size * sharding.num_shards(d) for d, size in enumerate(local)],
+                                   shaped.element_type)
+
+
+def _padded(argument: ir.Value, sharding: Sharding) -> ir.Value:
+    whole = _whole_shards_type(argument.type, sharding)
+    if whole == argument.type:
+        return argument
+    shape = ir.RankedTensorType(argument.type).shape
+    high = [w - g for w, g in zip(ir.RankedTensorType(whole).shape, shape)]
+    zero = scalar_zero(ir.RankedTensorType(argument.type).element_type)
+    return hlo.PadOp(argument, zero, [0] * len(shape), high, [0] * len(shape)).result

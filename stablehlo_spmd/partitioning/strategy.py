@@ -1,0 +1,317 @@
+"""Per-op strategies: how one op becomes per-device code, in two steps.
+
+A `Strategy` is a pair of functions:
+
+* ``plan(p, op) -> Plan | None`` decides, and emits nothing: the layout each
+  operand must have for the local op (`Plan.required`), the layout each
+  local result comes out in (`Plan.produced`), and anything else the
+  emission needs (`Plan.detail`).  ``None`` declines: the op then takes the
+  default strategy.  Because nothing is emitted before a strategy commits,
+  declining can never leave half an op behind.
+* ``emit_local(p, op, plan, operands) -> results`` emits the per-device op
+  on operands the driver has already resharded to `Plan.required`, and
+  returns per-device results in `Plan.produced`'s layouts.  The driver then
+  settles each result to the sharding propagation chose (`Plan.wanted`).
+
+`STRATEGIES` is keyed by op name, like the op-rule table: "where is op X
+handled" has one answer, ``STRATEGIES[X]``, or, for an op with no entry, the
+default: `RULE_DRIVEN` when its rule `keeps_attributes` (the same op on
+per-device types), else `REPLICATED` (gather, run whole, slice).
+
+Most strategies start from `rule_plan`, which reads the op's `OpRule`: each
+factor runs over the mesh axes the result's sharding gives it
+(`factor_axes`), and a strategy narrows that with a ``constrain(rule,
+axes)`` hook.  Every factor a hook strips, and every PERMUTATION or
+NEED_REPLICATION factor the rule itself keeps whole, is recorded in
+`Plan.gathered`; the driver reports them all through one located warning,
+so no strategy overrules the table silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from jaxlib.mlir import ir
+
+from stablehlo_spmd import op_rules
+from stablehlo_spmd.errors import ShardingError
+from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
+from stablehlo_spmd.reshard import plan as plan_reshard, plan_cost
+from stablehlo_spmd.shapes import element_bytes, local_type, shape_of
+from stablehlo_spmd.sharding import Sharding
+
+if TYPE_CHECKING:
+    from stablehlo_spmd.partitioning.partitioner import Partitioner
+
+
+@dataclasses.dataclass
+class Plan:
+    """What a strategy decided for one op, before anything is emitted."""
+
+    wanted: list[Sharding | None]      # each result's sharding, as propagation chose it
+    required: list[Sharding | None]    # each operand's layout for the local op (None: as is)
+    produced: list[Sharding | None]    # each local result's layout (None: not a tensor)
+    rule: OpRule | None = None
+    axes: list[tuple] | None = None    # the mesh axes each factor of `rule` runs over
+    # Factors kept whole although an operand is split on them: each is
+    # reported where it gathers a large tensor (`Partitioner.report_gathered`).
+    gathered: frozenset[int] = frozenset()
+    replicates: bool = False           # the op runs on whole tensors (no partitioned form)
+    detail: Any = None                 # the strategy's own decisions (windows, owners, ...)
+
+
+PlanFn = Callable[["Partitioner", ir.Operation], "Plan | None"]
+EmitFn = Callable[["Partitioner", ir.Operation, Plan, list], Sequence[ir.Value]]
+ConstrainFn = Callable[[OpRule, list], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    plan: PlanFn
+    emit_local: EmitFn
+
+
+STRATEGIES: dict[str, Strategy] = {}
+
+
+def strategy(*op_names: str, plan: PlanFn | None = None) -> Callable[[EmitFn], EmitFn]:
+    """Register the decorated ``emit_local`` with `plan` (default `rule_plan`)
+    as the strategy of `op_names`."""
+    def register(emit_local: EmitFn) -> EmitFn:
+        for name in op_names:
+            # One strategy an op: a second would silently win by import order.
+            assert name not in STRATEGIES, f"{name} already has a strategy"
+            STRATEGIES[name] = Strategy(plan or rule_plan, emit_local)
+        return emit_local
+    return register
+
+
+# ------------------------------------------------------------ rule-driven
+
+def rule_plan(p: "Partitioner", op: ir.Operation, constrain: ConstrainFn | None = None,
+              reduction_first: bool = False) -> Plan | None:
+    """The plan the op's rule gives: factors on the axes the results want,
+    narrowed by `constrain`; None for an op with no rule."""
+    rule = op_rules.rule_for(op)
+    if rule is None:
+        return None
+    wanted = p.result_shardings(op)
+    axes = factor_axes(p, op, rule, wanted, reduction_first)
+    stripped = set()
+    if constrain is not None:
+        before = list(axes)
+        constrain(rule, axes)
+        stripped = {f for f, (old, new) in enumerate(zip(before, axes)) if set(old) - set(new)}
+    return plan_from_axes(p, op, rule, wanted, axes, stripped)
+
+
+def plan_from_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted, axes,
+                   stripped=frozenset()) -> Plan:
+    """The plan of running each factor over `axes`; `stripped` are factors a
+    strategy kept whole against the rule (reported like the rule's own)."""
+    required, produced = layouts(p, op, rule, axes, wanted)
+    whole = {f for f, kind in enumerate(rule.factor_kinds)
+             if kind in (FactorKind.NEED_REPLICATION, FactorKind.PERMUTATION) and not axes[f]}
+    return Plan(wanted, required, produced, rule, axes, frozenset(stripped | whole))
+
+
+def _cheapest_rule_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
+    """`rule_plan`, seating an axis that both a result dim and a reduced dim
+    want where it moves fewer bytes: on the result (move the operands) or on
+    the reduction (reduce-scatter the local partial)."""
+    rule = op_rules.rule_for(op)
+    if rule is None or not rule.keeps_attributes:
+        return None
+    wanted = p.result_shardings(op)
+    candidates = []
+    for reduction_first in (False, True):
+        plan = plan_from_axes(p, op, rule, wanted,
+                              factor_axes(p, op, rule, wanted, reduction_first))
+        candidates.append((_reshard_bytes(p, op, plan), plan))
+        if FactorKind.REDUCTION not in rule.factor_kinds:
+            break
+    return min(candidates, key=lambda c: c[0])[1]
+
+
+def _emit_by_rule(p: "Partitioner", op: ir.Operation, plan: Plan, operands) -> Sequence[ir.Value]:
+    """The same op on per-device types, reading no padding it would reduce."""
+    operands = [mask_uneven_reduction(p, op, plan, index, local)
+                for index, local in enumerate(operands)]
+    return p.create(op, operands, [local_type(r.type, s) for r, s in
+                                   zip(op.results, plan.produced)]).results
+
+
+RULE_DRIVEN = Strategy(_cheapest_rule_plan, _emit_by_rule)
+
+
+def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[Sharding],
+                reduction_first: bool = False) -> list[tuple]:
+    """The mesh axes each factor runs over in the per-device op.
+
+    Each factor takes the axes the op's result sharding gives it (REDUCTION
+    factors: the axes an operand has there), except that PERMUTATION and
+    NEED_REPLICATION factors, and factors the axes would split unevenly where
+    the padding matters, get none: their data is gathered first.
+    """
+    mesh = p.mesh
+    axis_size = p.axis_size
+    axes: list[tuple] = [()] * rule.num_factors
+    assigned = [False] * rule.num_factors
+    for sharding, dims in zip(wanted, rule.results):
+        for dim, factors in enumerate(dims):
+            for factor, dealt in project_axes(sharding.dim_axes[dim], factors, rule.factor_sizes,
+                                              axis_size):
+                if not assigned[factor]:
+                    axes[factor], assigned[factor] = dealt, True
+    for operand, dims in zip(op.operands, rule.operands):
+        source = p.shardings.get(operand)
+        if source is None:
+            continue
+        for dim, factors in enumerate(dims):
+            for factor, dealt in project_axes(source.dim_axes[dim], factors, rule.factor_sizes,
+                                              axis_size):
+                if not assigned[factor] and rule.factor_kinds[factor] is FactorKind.REDUCTION:
+                    axes[factor], assigned[factor] = dealt, True
+    compound = {f for tensor in (*rule.operands, *rule.results) for dim in tensor
+                if len(dim) > 1 for f in dim}
+    used: set[str] = set()
+    # With `reduction_first`, reduction factors claim their axes before
+    # the result's dims do (a result wanting the same axis then gets it by
+    # a reduce-scatter of the local partial).
+    order = sorted(range(rule.num_factors),
+                   key=lambda f: reduction_first and rule.factor_kinds[f] is not FactorKind.REDUCTION)
+    for factor in order:
+        kind = rule.factor_kinds[factor]
+        keep = kind is FactorKind.PASS_THROUGH or (kind is FactorKind.REDUCTION
+                                                   and rule.reduction is not None)
+        # Padding of an uneven shard is harmless where each element is
+        # computed on its own, but a reduction would read it and a
+        # compound (reshaped) dim would misplace it: those must divide.
+        uneven = rule.factor_sizes[factor] % mesh.axes_size(axes[factor])
+        if uneven and (factor in compound or (kind is FactorKind.REDUCTION
+                                              and not rule.masks_padding)):
+            keep = False
+        if not keep or used & set(axes[factor]):
+            axes[factor] = ()
+        used.update(axes[factor])
+    # A compound (reshaped) dim is split major to minor: a factor can run
+    # over axes only when every factor before it in the dim is split into
+    # exactly its size.  (8 -> 2x2x2 with the middle dim over x is no
+    # split of the 8: device k holds elements {0,1,4,5} + 2k.)
+    changed = True
+    while changed:
+        changed = False
+        for tensor in (*rule.operands, *rule.results):
+            for factors in tensor:
+                for i, factor in enumerate(factors[1:], 1):
+                    if axes[factor] and any(mesh.axes_size(axes[f]) != rule.factor_sizes[f]
+                                            for f in factors[:i]):
+                        axes[factor], changed = (), True
+    return axes
+
+
+def layout(p: "Partitioner", dims, axes) -> Sharding:
+    """The sharding a tensor has when each factor runs over its axes."""
+    return Sharding(p.mesh, tuple(tuple(a for factor in factors for a in axes[factor])
+                                  for factors in dims))
+
+
+def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
+    """Operand layouts the local op needs and result layouts it produces.
+
+    A partial operand stays partial when the op is linear in it and its
+    result stays partial over the same axes; a sharded REDUCTION factor
+    leaves the results partial over its axes.
+    """
+    required, partial_operands = [], []
+    result_partial = set(wanted[0].unreduced) if wanted else set()
+    for index, (operand, dims) in enumerate(zip(op.operands, rule.operands)):
+        if shape_of(operand) is None:
+            required.append(None)
+            continue
+        operand_layout = layout(p, dims, axes)
+        source = p.shardings.get(operand)
+        if (source is not None and source.unreduced and rule.unreduced is not UnreducedFlow.NONE
+                and index in rule.linear_operands and set(source.unreduced) <= result_partial):
+            operand_layout = dataclasses.replace(operand_layout, unreduced=source.unreduced,
+                                                 reduction=source.reduction)
+            partial_operands.append(index)
+        required.append(operand_layout)
+    reduction_axes = tuple(a for f, kind in enumerate(rule.factor_kinds)
+                           if kind is FactorKind.REDUCTION for a in axes[f])
+    flowed = p.shardings[op.operands[partial_operands[0]]].unreduced if partial_operands else ()
+    unreduced = tuple(dict.fromkeys(reduction_axes + flowed))
+    produced = []
+    for dims in rule.results:
+        result_layout = layout(p, dims, axes)
+        if unreduced:
+            result_layout = dataclasses.replace(result_layout, unreduced=unreduced,
+                                                reduction=rule.reduction or "sum")
+        produced.append(result_layout)
+    return required, produced
+
+
+def _reshard_bytes(p: "Partitioner", op: ir.Operation, plan: Plan) -> float:
+    """Bytes per device the reshards around the local op would move."""
+    total = 0.0
+    for operand, required in zip(op.operands, plan.required):
+        source = p.shardings.get(operand)
+        if required is not None and source is not None and source != required:
+            total += reshard_bytes(source, required, operand)
+    for result, produced, target in zip(op.results, plan.produced, plan.wanted):
+        if not set(target.unreduced) <= set(produced.unreduced):
+            target = target.reduced()
+        if produced != target:
+            total += reshard_bytes(produced, target, result)
+    return total
+
+
+def reshard_bytes(source: Sharding, target: Sharding, value: ir.Value) -> float:
+    """What the planner charges to move `value` from `source` to `target`."""
+    value_type = ir.RankedTensorType(value.type)
+    try:
+        return plan_cost(plan_reshard(source, target, tuple(value_type.shape),
+                                      element_bytes(value_type.element_type)))
+    except ShardingError:
+        return float("inf")
+
+
+def mask_uneven_reduction(p: "Partitioner", op: ir.Operation, plan: Plan, index: int,
+                          local: ir.Value) -> ir.Value:
+    """Overwrite the padding of an uneven, sharded reduced dimension of
+    operand `index` with the reduction's neutral value (its rule's
+    `neutral_operands`; zero when it has none: 0 * NaN would still be NaN),
+    so the local op never reads it."""
+    rule, axes = plan.rule, plan.axes
+    if rule is None or index >= len(rule.operands) or shape_of(local) is None:
+        return local
+    for dim, factors in enumerate(rule.operands[index]):
+        for factor in factors:
+            dim_axes, size = axes[factor], rule.factor_sizes[factor]
+            if (rule.factor_kinds[factor] is not FactorKind.REDUCTION or not dim_axes
+                    or size % p.mesh.axes_size(dim_axes) == 0):
+                continue
+            neutral = None
+            if index < len(rule.neutral_operands):
+                neutral = p.local[op.operands[rule.neutral_operands[index]]]
+            local = p.emitter.mask_padding(local, dim, dim_axes, size, neutral)
+    return local
+
+
+# -------------------------------------------------------------- replicated
+
+def _replicated_plan(p: "Partitioner", op: ir.Operation) -> Plan:
+    def whole(value):
+        shape = shape_of(value)
+        return None if shape is None else Sharding.replicated(p.mesh, len(shape))
+    return Plan(p.result_shardings(op), [whole(v) for v in op.operands],
+                [whole(r) for r in op.results], replicates=True)
+
+
+def _emit_replicated(p: "Partitioner", op: ir.Operation, plan: Plan, operands):
+    return p.create(op, operands, [r.type for r in op.results]).results
+
+
+# Any op, correctly: gather the operands, run it whole, slice the results.
+REPLICATED = Strategy(_replicated_plan, _emit_replicated)
