@@ -110,16 +110,10 @@ def list_collectives(partitioned: str) -> list[Collective]:
 
 
 def _describe(op, kind: str, source_position) -> Collective:
+    from stablehlo_spmd.shapes import tensor_bytes as size
+
     operand = op.operands[0].type
     result = op.results[0].type
-    element_bytes = max(1, getattr(operand.element_type, "width", 32) // 8)
-
-    def size(shaped) -> int:
-        count = 1
-        for d in shaped.shape:
-            count *= d
-        return count * element_bytes
-
     group = 1
     if "replica_groups" in op.attributes:
         groups = op.attributes["replica_groups"].type.shape

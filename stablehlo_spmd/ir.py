@@ -56,6 +56,8 @@ def make_context() -> Iterator[ir.Context]:
             yield context
     finally:
         _PER_CONTEXT.pop(context, None)
+        if _last[0] is context:
+            _last[0] = _last[1] = None
 
 
 # ------------------------------------------------------------------ parsing
@@ -255,12 +257,22 @@ def location_name(location: ir.Location) -> str | None:
 _PER_CONTEXT: "weakref.WeakKeyDictionary[ir.Context, dict[str, dict]]" = weakref.WeakKeyDictionary()
 
 
+# The context asked for last and its caches: nearly every call asks for the
+# same context as the one before, and a weak-dictionary lookup per op rule
+# was a measurable part of partitioning.
+_last: list = [None, None]
+
+
 def per_context(name: str, context: ir.Context) -> dict:
     """The cache called `name` for `context` (created empty)."""
-    try:
-        caches = _PER_CONTEXT[context]
-    except KeyError:
-        caches = _PER_CONTEXT[context] = {}
+    if _last[0] is context:
+        caches = _last[1]
+    else:
+        try:
+            caches = _PER_CONTEXT[context]
+        except KeyError:
+            caches = _PER_CONTEXT[context] = {}
+        _last[0], _last[1] = context, caches
     cache = caches.get(name)
     if cache is None:
         cache = caches[name] = {}

@@ -307,9 +307,7 @@ def _strip_partitioning(module, filename: str | None) -> None:
                     "SPMDFullToShardShape", "SPMDShardToFullShape")):
             partitioned.append(op)  # (an exception raised here would come out as RuntimeError)
             return ir.WalkResult.INTERRUPT
-        if name in _PASS_THROUGH_OPS or (
-                name == "stablehlo.custom_call"
-                and ir.StringAttr(op.attributes["call_target_name"]).value == ms.SHARDING_TARGET):
+        if name in _PASS_THROUGH_OPS or ms.is_sharding_constraint(op):
             pass_through.append(op)
         elif name in ("sdy.mesh", "sdy.sharding_group"):
             erase.append(op)

@@ -62,6 +62,7 @@ class Partitioner:
                         for f in functions(module)}
         # (callee, argument shardings, result shardings) -> per-device function.
         self.outlined: dict[tuple, str] = {}
+        self._result_shardings: dict[tuple, tuple[Sharding, ...]] = {}
 
     # -------------------------------------------------------------- driver
 
@@ -145,19 +146,27 @@ class Partitioner:
         the padding too (propagation's factors can carry an axis onto it from
         a larger dim, as `x[-1:]` of a sharded `x` does).
         """
-        shapes = [shape_of(r) or () for r in op.results]
+        shapes = tuple(shape_of(r) or () for r in op.results)
+        attributes = op.attributes
+        if MHLO_SHARDING not in attributes:
+            return [Sharding.replicated(self.mesh, len(s)) for s in shapes]
+        # A 13k-op step has a few hundred distinct (sharding, shapes) pairs.
+        key = (ir.StringAttr(attributes[MHLO_SHARDING]).value, shapes)
+        known = self._result_shardings.get(key)
+        if known is not None:
+            return list(known)
         replicated = [Sharding.replicated(self.mesh, len(s)) for s in shapes]
-        if MHLO_SHARDING not in op.attributes:
-            return replicated
         try:
             parsed = read_hlo(ShardedValue("op", op, 0, None, op.location, op.results[0].type))
             elements = parsed.elements if parsed.kind == "tuple" else (parsed,) * len(shapes)
-            return [fallback if element.kind == "unknown"
-                    else _whole_unit_dims(Sharding.from_hlo(element, self.mesh, len(shape)), shape)
-                    for element, shape, fallback in zip(elements, shapes, replicated)]
+            found = [fallback if element.kind == "unknown"
+                     else _whole_unit_dims(Sharding.from_hlo(element, self.mesh, len(shape)), shape)
+                     for element, shape, fallback in zip(elements, shapes, replicated)]
         except ShardingError as error:
             diagnostics.error(error.location or op.location, f"op '{op.name}': {error.message}")
             return replicated
+        self._result_shardings[key] = tuple(found)
+        return found
 
     def settle(self, value: ir.Value, target: Sharding) -> None:
         """Give `value` the sharding propagation chose, where that is possible.
