@@ -63,6 +63,7 @@ class Partitioner:
         # (callee, argument shardings, result shardings) -> per-device function.
         self.outlined: dict[tuple, str] = {}
         self._result_shardings: dict[tuple, tuple[Sharding, ...]] = {}
+        self.rule_plans: dict[tuple, tuple] = {}  # see strategy._cheapest_rule_plan
 
     # -------------------------------------------------------------- driver
 

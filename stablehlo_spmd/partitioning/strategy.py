@@ -124,6 +124,14 @@ def _cheapest_rule_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
     if rule is None or not rule.keeps_attributes:
         return None
     wanted = p.result_shardings(op)
+    # The plan depends only on the rule (cached per op signature, element
+    # types included: the rule object stands for them, and the cache holds
+    # it so its id is not reused) and the shardings around the op: the
+    # layers of a deep model ask the same question again and again.
+    key = (id(rule), tuple(wanted), tuple(p.shardings.get(v) for v in op.operands))
+    known = p.rule_plans.get(key)
+    if known is not None:
+        return known[1]
     candidates = []
     for reduction_first in (False, True):
         plan = plan_from_axes(p, op, rule, wanted,
@@ -131,7 +139,9 @@ def _cheapest_rule_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
         candidates.append((_reshard_bytes(p, op, plan), plan))
         if FactorKind.REDUCTION not in rule.factor_kinds:
             break
-    return min(candidates, key=lambda c: c[0])[1]
+    plan = min(candidates, key=lambda c: c[0])[1]
+    p.rule_plans[key] = (rule, plan)
+    return plan
 
 
 def _emit_by_rule(p: "Partitioner", op: ir.Operation, plan: Plan, operands) -> Sequence[ir.Value]:
