@@ -138,10 +138,7 @@ def _outline(p: Partitioner, callee: ir.Operation, name: str, arguments, results
         function = func.FuncOp(symbol, (arg_types, result_types), visibility="private")
     body = function.add_entry_block()
     for old, new, sharding in zip(entry.arguments, body.arguments, arguments):
-        if sharding is None:
-            p.local[old] = new
-        else:
-            p.bind(old, new, sharding)
+        p.bind(old, new, sharding)
     with ir.InsertionPoint(body):
         for inner in list(entry.operations)[:-1]:
             p.emit(inner.operation)

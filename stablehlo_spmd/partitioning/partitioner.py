@@ -112,11 +112,8 @@ class Partitioner:
                         for v, layout in zip(op.operands, plan.required)]
             results = strategy.emit_local(self, op, plan, operands)
             for old, new, produced, wanted in zip(op.results, results, plan.produced, plan.wanted):
-                if produced is None:
-                    self.local[old] = new
-                    continue
                 self.bind(old, new, produced)
-                if wanted is not None:
+                if produced is not None and wanted is not None:
                     self.settle(old, wanted)
 
     def declared(self, value) -> Sharding | None:
@@ -132,9 +129,12 @@ class Partitioner:
             sharding = sharding.reduced()
         return sharding
 
-    def bind(self, old: ir.Value, new: ir.Value, sharding: Sharding) -> None:
+    def bind(self, old: ir.Value, new: ir.Value, sharding: Sharding | None) -> None:
+        """`new` is `old`'s per-device value, laid out as `sharding` (None:
+        not a tensor, e.g. a token, which has no layout)."""
         self.local[old] = new
-        self.shardings[old] = sharding
+        if sharding is not None:
+            self.shardings[old] = sharding
 
     def result_shardings(self, op: ir.Operation) -> list[Sharding]:
         """The shardings propagation gave `op`'s results (replicated where none).
