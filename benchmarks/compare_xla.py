@@ -7,10 +7,14 @@
 The script sets ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` (and
 ``JAX_PLATFORMS=cpu``) itself, before jax is imported, so everything runs in
 one process on 8 CPU host devices (about 15 s for every workload on 2 cores).
-The workloads are those of tests/unit/test_partition_numerics.py (functions,
-shapes, meshes and rules copied here, not imported; inputs from a fixed seed)
-and the transformer training step of examples/transformer.py with
-examples/transformer_rules.toml.  For each workload:
+The workloads are the programs of examples/workloads.py and
+examples/pipeline.py (and ``lax.top_k``) with shapes, meshes and rules
+modelled on the tests that check them (tests/unit/partitioning/:
+test_partitioner.py, test_windowed.py, test_sorting.py; written out here, not
+imported; inputs from a fixed seed), and the
+demo's transformer training step (`stablehlo_spmd.demo_model`, re-exported as
+examples/transformer.py) with its rules, stablehlo_spmd/demo_rules.toml.  For
+each workload:
 
 1. ours: ``ss.partition(ss.export(fn, *args), mesh, rules)`` (annotate,
    propagate, partition, canonicalize, cse; "partition ms" is the median of
@@ -51,8 +55,8 @@ examples/transformer_rules.toml.  For each workload:
    the figures are mostly dispatch and host-side collective overhead.
    "host": each side's public call handed the NumPy inputs instead, so the
    time includes cutting them into shards and putting those on the devices
-   (jax's ``Compiled.__call__`` takes host arrays too); printed in its own
-   table beside "step" (device arrays in).
+   (jax's ``Compiled.__call__`` takes host arrays too); its columns stand
+   beside "step" (device arrays in), in the printed table and the report.
 5. Per-device memory: ``Executable.memory_analysis()`` for ours,
    ``compiled.memory_analysis()`` for XLA.
 6. Numerics: every output of ours is checked against XLA's (allclose, with
@@ -64,10 +68,8 @@ examples/transformer_rules.toml.  For each workload:
    each (XLA's partitioner runs inside compile and is not timed apart).
 
 Printed: the main table, pass and compile times, the memory table, the
-largest differences between the two programs' outputs, each program's
-collectives with their per-device shapes, groups and bytes, and the call
-path table (each side's call handed host arrays and device arrays; it is
-not in the written report).  ``--all`` runs
+largest differences between the two programs' outputs, and each program's
+collectives with their per-device shapes, groups and bytes.  ``--all`` runs
 every workload and also writes benchmarks/results/latest.md (header with
 date, versions, devices and the command; one table; each workload's
 collectives) and latest.png (bytes and step ratios per workload), through
@@ -105,11 +107,13 @@ from report import (  # noqa: E402  (benchmarks/report.py, beside this script)
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEVICES = 8
 REPORT_DIR = ROOT / "benchmarks" / "results"
+DEMO_RULES = ROOT / "stablehlo_spmd" / "demo_rules.toml"   # the transformer's rules
 
 
 # ------------------------------------------------------------------ workloads
-# Copied from tests/unit/test_partition_numerics.py: same functions, shapes,
-# meshes and rules (inputs are drawn from a fixed seed per workload).
+# The programs are loaded from examples/ as the tests load them; shapes, meshes and
+# rules follow tests/unit/partitioning/ (test_partitioner.py, test_windowed.py,
+# test_sorting.py); inputs are drawn from a fixed seed per workload.
 
 
 def _random(rng, *shape):
@@ -132,8 +136,8 @@ class Workload:
 
 
 def _transformer():
-    from stablehlo_spmd.export import load_object
-    return load_object(f"{ROOT / 'examples' / 'transformer.py'}:train_step_example")()
+    from stablehlo_spmd.demo_model import train_step_example
+    return train_step_example()
 
 
 def _pipeline():
@@ -213,7 +217,7 @@ def _workloads() -> list[Workload]:
         Workload("top-k", lambda: (_top_k, (_random(rng(9), 16, 256),)), "data=2,x=4", [
             (r"^x$", ("data", "x")), (r"^result", ("data", None))]),
         Workload("transformer-step", _transformer, None,
-                 str(ROOT / "examples" / "transformer_rules.toml"), rtol=1e-4, atol=1e-5),
+                 str(DEMO_RULES), rtol=1e-4, atol=1e-5),
     ]
 
 
@@ -376,38 +380,8 @@ def _block(outputs):
     return jax.block_until_ready(outputs)
 
 
-@dataclasses.dataclass(frozen=True)
-class CallTimes:
-    """Each side's public call, median ms: handed host (NumPy) arrays, and device arrays."""
-    name: str
-    ours_host_ms: float
-    xla_host_ms: float
-    ours_device_ms: float
-    xla_device_ms: float
-
-
-def print_call_times(times: list[CallTimes], repeat: int) -> None:
-    header = ("workload", "host ms ours", "host ms XLA", "host o/x", "device ms ours",
-              "device ms XLA", "device o/x")
-    table = [(t.name, f"{t.ours_host_ms:.3f}", f"{t.xla_host_ms:.3f}",
-              f"{t.ours_host_ms / t.xla_host_ms:.2f}", f"{t.ours_device_ms:.3f}",
-              f"{t.xla_device_ms:.3f}", f"{t.ours_device_ms / t.xla_device_ms:.2f}")
-             for t in times]
-    widths = [max(len(r[i]) for r in table + [header]) for i in range(len(header))]
-    print(f"call path: each side's public call handed host (NumPy) arrays or arrays already on "
-          f"the devices (the step column), median of {repeat} alternating runs")
-    line = " | ".join(h.ljust(w) if i == 0 else h.rjust(w)
-                      for i, (h, w) in enumerate(zip(header, widths)))
-    print(line)
-    print("-" * len(line))
-    for row in table:
-        print(" | ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(row, widths))))
-    print("")
-
-
 def run_workload(workload: Workload, repeat: int, unmatched: str,
-                 show_hlo: bool) -> tuple[Row, CallTimes]:
+                 show_hlo: bool) -> Row:
     import stablehlo_spmd as ss
     from jax.sharding import NamedSharding, PartitionSpec
     from stablehlo_spmd import runtime
@@ -556,11 +530,13 @@ def run_workload(workload: Workload, repeat: int, unmatched: str,
     except Exception:  # noqa: BLE001  (not every backend has it)
         xla_stats = None
 
-    row = Row(workload.name, ours_found, xla_found, ms["ours"], ms["xla"],
-              ms["ours exec"], ms["xla exec"], passes, ours_compile_ms, xla_lower_ms,
-              xla_compile_ms, Memory.from_stats(executable.memory_analysis()),
-              Memory.from_stats(xla_stats), max_error)
-    return row, CallTimes(workload.name, ms["ours host"], ms["xla host"], ms["ours"], ms["xla"])
+    return Row(workload.name, ours_found, xla_found, ours_ms=ms["ours"], xla_ms=ms["xla"],
+               ours_host_ms=ms["ours host"], xla_host_ms=ms["xla host"],
+               ours_exec_ms=ms["ours exec"], xla_exec_ms=ms["xla exec"], passes=passes,
+               ours_compile_ms=ours_compile_ms, xla_lower_ms=xla_lower_ms,
+               xla_compile_ms=xla_compile_ms,
+               ours_memory=Memory.from_stats(executable.memory_analysis()),
+               xla_memory=Memory.from_stats(xla_stats), max_error=max_error)
 
 
 def _pass_times(text: str, rule_set, pipeline_ms: float, repeat: int = 3) -> PassTimes:
@@ -655,19 +631,16 @@ def main() -> None:
         raise SystemExit(f"need {DEVICES} devices; XLA_FLAGS was set too late")
     jax.block_until_ready(jax.jit(lambda x: x + 1)(1.0))   # the backend's one-time start-up
 
-    rows, call_times = [], []
+    rows = []
     for workload in _workloads():
         if not options.all and workload.name not in options.workloads:
             continue
         start = time.perf_counter()
-        row, times = run_workload(workload, options.repeat, options.unmatched, options.dump_hlo)
-        rows.append(row)
-        call_times.append(times)
+        rows.append(run_workload(workload, options.repeat, options.unmatched, options.dump_hlo))
         print(f"  {workload.name}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr,
               flush=True)
     info = run_info(options.repeat, options.unmatched)
     print_text(rows, info)
-    print_call_times(call_times, options.repeat)
     if options.all:
         for path in write_report(REPORT_DIR, rows, info):
             print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)

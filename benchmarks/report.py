@@ -83,8 +83,10 @@ class Row:
     name: str
     ours: list[Collective]
     xla: list[Collective]
-    ours_ms: float                  # step: each side's public call, median
+    ours_ms: float                  # step: each side's public call on device arrays, median
     xla_ms: float
+    ours_host_ms: float             # host: the same call handed host (NumPy) arrays, median
+    xla_host_ms: float
     ours_exec_ms: float | None      # exec: both through PJRT execute_sharded, median
     xla_exec_ms: float | None
     passes: PassTimes
@@ -163,13 +165,20 @@ def _memory_total(memory: Memory | None) -> str:
     return "n/a" if memory is None else fmt_bytes(memory.total)
 
 
+def _call_cells(row: Row) -> tuple[str, ...]:
+    """step ms ours / XLA / o/x, then host ms ours / XLA / o/x."""
+    return (f"{row.ours_ms:.3f}", f"{row.xla_ms:.3f}", ratio(row.ours_ms, row.xla_ms),
+            f"{row.ours_host_ms:.3f}", f"{row.xla_host_ms:.3f}",
+            ratio(row.ours_host_ms, row.xla_host_ms))
+
+
 # ------------------------------------------------------------------ plain text (stdout)
 
 
 def print_text(rows: list[Row], info: RunInfo, out: Callable[[str], None] = print) -> None:
     header = ("workload", "coll ours", "coll XLA", "bytes ours", "bytes XLA", "bytes o/x",
-              "step ms ours", "step ms XLA", "step o/x", "exec ms ours", "exec ms XLA",
-              "exec o/x", "partition ms")
+              "step ms ours", "step ms XLA", "step o/x", "host ms ours", "host ms XLA",
+              "host o/x", "exec ms ours", "exec ms XLA", "exec o/x", "partition ms")
     table = []
     for row in rows:
         exec_cells = (("n/a",) * 3 if row.ours_exec_ms is None else
@@ -177,17 +186,17 @@ def print_text(rows: list[Row], info: RunInfo, out: Callable[[str], None] = prin
                        ratio(row.ours_exec_ms, row.xla_exec_ms)))
         table.append((row.name, counts(row.ours), counts(row.xla), fmt_bytes(row.ours_bytes),
                       fmt_bytes(row.xla_bytes), ratio(row.ours_bytes, row.xla_bytes),
-                      f"{row.ours_ms:.3f}", f"{row.xla_ms:.3f}", ratio(row.ours_ms, row.xla_ms),
-                      *exec_cells, f"{row.passes.pipeline:.1f}"))
+                      *_call_cells(row), *exec_cells, f"{row.passes.pipeline:.1f}"))
     widths = [max(len(str(r[i])) for r in table + [header]) for i in range(len(header))]
     out(f"ours (stablehlo_spmd) vs XLA (jax.jit: Shardy + GSPMD partitioner), {info.devices} "
         f"{info.platform.upper()} host devices, jax {info.jax_version}, median of {info.repeat} "
         f"alternating runs, unmatched results: {info.unmatched}")
     out(f"coll: {LEGEND} (counted in the optimized HLO); bytes: per device, DESIGN.md cost "
         "table")
-    out("step: public call (Executable.__call__ / Compiled.__call__); exec: both through "
-        "PJRT execute_sharded; partition: ss.partition (annotate+propagate+partition), "
-        "median of 3")
+    out("step: public call (Executable.__call__ / Compiled.__call__) on arrays already on the "
+        "devices; host: the same call handed NumPy arrays (placing them included); exec: both "
+        "through PJRT execute_sharded; partition: ss.partition "
+        "(annotate+propagate+partition), median of 3")
     line = " | ".join(h.ljust(w) if i < 3 else h.rjust(w)
                       for i, (h, w) in enumerate(zip(header, widths)))
     out(line)
@@ -226,7 +235,8 @@ def print_text(rows: list[Row], info: RunInfo, out: Callable[[str], None] = prin
 # ------------------------------------------------------------------ markdown
 
 TABLE_HEADER = ("workload", "collectives ours", "collectives XLA", "bytes ours", "bytes XLA",
-                "bytes o/x", "step ms ours", "step ms XLA", "step o/x", "exec o/x",
+                "bytes o/x", "step ms ours", "step ms XLA", "step o/x", "host ms ours",
+                "host ms XLA", "host o/x", "exec o/x",
                 "memory ours", "memory XLA", "ours ms: annotate / propagate / partition",
                 "ours compile ms", "XLA ms: lower / compile")
 
@@ -239,8 +249,7 @@ def table_rows(rows: list[Row]) -> list[tuple[str, ...]]:
         cells.append((
             row.name, counts(row.ours), counts(row.xla), fmt_bytes(row.ours_bytes),
             fmt_bytes(row.xla_bytes), ratio(row.ours_bytes, row.xla_bytes),
-            f"{row.ours_ms:.3f}", f"{row.xla_ms:.3f}", ratio(row.ours_ms, row.xla_ms),
-            ratio(row.ours_exec_ms, row.xla_exec_ms),
+            *_call_cells(row), ratio(row.ours_exec_ms, row.xla_exec_ms),
             _memory_total(row.ours_memory), _memory_total(row.xla_memory),
             f"{p.annotate:.1f} / {p.propagate:.1f} / {p.partition:.1f}",
             f"{row.ours_compile_ms:.1f}",
@@ -277,15 +286,16 @@ def markdown(rows: list[Row], info: RunInfo, chart: str | None = "latest.png") -
         "",
         f"Collectives ({LEGEND}) are counted in each optimized HLO; bytes are per device by "
         "DESIGN.md's cost table; o/x is ours / XLA (below 1.0: ours moves less or runs "
-        "faster). step is each side's public call, exec both programs through the same PJRT "
-        "`execute_sharded` call. memory is the per-device total (arguments + outputs + temp "
-        "- aliased) of each compiled program's memory analysis. Our pass times are medians "
-        "of 3 runs on a parsed module (partition includes canonicalize and cse). XLA's "
-        "partitioner runs inside its compile and its time cannot be read apart from it, so "
-        "XLA's figures are `jit(...).lower` (trace and lower to StableHLO) and `.compile()` "
-        "(Shardy, SPMD partitioning, optimization and code generation), one call each; "
-        "`ours compile ms` is the same XLA compile of our partitioned program, for "
-        "comparison.",
+        "faster). step is each side's public call on arrays already on the devices, host the "
+        "same call handed NumPy arrays (cutting them into shards and placing those "
+        "included), exec both programs through the same PJRT `execute_sharded` call. memory "
+        "is the per-device total (arguments + outputs + temp - aliased) of each compiled "
+        "program's memory analysis. Our pass times are medians of 3 runs on a parsed module "
+        "(partition includes canonicalize and cse). XLA's partitioner runs inside its "
+        "compile and its time cannot be read apart from it, so XLA's figures are "
+        "`jit(...).lower` (trace and lower to StableHLO) and `.compile()` (Shardy, SPMD "
+        "partitioning, optimization and code generation), one call each; `ours compile ms` "
+        "is the same XLA compile of our partitioned program, for comparison.",
     ]
     if chart:
         lines += ["", f"![bytes and step time, ours / XLA]({chart})"]
