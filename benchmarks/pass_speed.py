@@ -2,13 +2,14 @@
 
     python3 benchmarks/pass_speed.py --layers 48
 
-Exports examples/transformer.py's train_step with `--layers` layers (48
+Exports the demo transformer's train_step (`stablehlo_spmd.demo_model`, also
+examples/transformer.py) with `--layers` layers (48
 layers is about 16k ops), then times, in one run and on the same text:
 
 * the anchor: jaxlib parsing and printing the module with no pass at all
   (`ir.Module.parse` + `str`), the floor any Python pass pipeline stands on;
 * stablehlo-spmd's `annotate` (parse with located arguments, Shardy import,
-  spmd-annotate from examples/transformer_rules.toml, print with locations).
+  spmd-annotate from stablehlo_spmd/demo_rules.toml, print with locations).
 
 Each figure is the median of `--repeat` runs; the ratio is ours / anchor.
 """
@@ -41,14 +42,12 @@ def main() -> None:
 
     import stablehlo_spmd as ss
     from jaxlib.mlir import ir
-    from stablehlo_spmd.export import load_object
+    from stablehlo_spmd import demo_model
     from stablehlo_spmd.ir import make_context
 
-    example = ROOT / "examples" / "transformer.py"
-    config = load_object(f"{example}:Config")(n_layers=options.layers)
-    params, batch = load_object(f"{example}:example_args")(config)
-    text = ss.export(load_object(f"{example}:train_step"), params, batch)
-    rules = str(ROOT / "examples" / "transformer_rules.toml")
+    params, batch = demo_model.example_args(demo_model.Config(n_layers=options.layers))
+    text = ss.export(demo_model.train_step, params, batch)
+    rules = str(ROOT / "stablehlo_spmd" / "demo_rules.toml")
     op_count = sum(text.count(marker) for marker in (" = stablehlo.", " = chlo.", "stablehlo.return"))
 
     def anchor():

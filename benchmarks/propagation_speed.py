@@ -3,9 +3,10 @@
     python3 benchmarks/propagation_speed.py                      # depths 1 4 16 48
     python3 benchmarks/propagation_speed.py --depths 1 4 --repeat 5
 
-For each depth N, examples/transformer.py's GPT-style decoder training step
-with ``Config(n_layers=N)`` is lowered and annotated from
-examples/transformer_rules.toml (``ss.annotate``).  Outside the timed region
+For each depth N, the demo's GPT-style decoder training step
+(`stablehlo_spmd.demo_model`, also examples/transformer.py) with
+``Config(n_layers=N)`` is lowered and annotated from
+stablehlo_spmd/demo_rules.toml (``ss.annotate``).  Outside the timed region
 the annotated module is also rewritten into Shardy's form (``sdy.mesh``,
 ``#sdy.sharding``, ``sdy.sharding_constraint``) by
 `stablehlo_spmd.passes.shardy_engine.to_shardy`, so both sides start from the
@@ -45,15 +46,13 @@ def _prepare(depth: int, rules: str):
     """(annotated text, sdy-form text, op count) for a decoder of `depth` layers."""
     import stablehlo_spmd as ss
     from jaxlib.mlir import ir
-    from stablehlo_spmd.export import load_object
+    from stablehlo_spmd import demo_model
     from stablehlo_spmd.ir import make_context, parse_module, print_module
     from stablehlo_spmd.module_shardings import module_mesh
     from stablehlo_spmd.passes.shardy_engine import to_shardy
 
-    example = ROOT / "examples" / "transformer.py"
-    config = load_object(f"{example}:Config")(n_layers=depth)
-    params, batch = load_object(f"{example}:example_args")(config)
-    text = ss.export(load_object(f"{example}:train_step"), params, batch)
+    params, batch = demo_model.example_args(demo_model.Config(n_layers=depth))
+    text = ss.export(demo_model.train_step, params, batch)
     annotated = ss.annotate(text, rules=rules)
     with make_context() as context:
         module = parse_module(annotated, "<annotated>", context)
@@ -114,7 +113,7 @@ def main() -> None:
                         help="decoder layers per measured program (default: 1 4 16 48)")
     parser.add_argument("--repeat", type=int, default=5,
                         help="timed runs of each side per depth; the median is reported")
-    parser.add_argument("--rules", default=str(ROOT / "examples" / "transformer_rules.toml"))
+    parser.add_argument("--rules", default=str(ROOT / "stablehlo_spmd" / "demo_rules.toml"))
     options = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -132,7 +131,7 @@ def main() -> None:
                      statistics.median(pipeline)))
         print(f"  depth {depth}: done", file=sys.stderr, flush=True)
 
-    print(f"train_step of examples/transformer.py, rules {pathlib.Path(options.rules).name}, "
+    print(f"train_step of stablehlo_spmd/demo_model.py, rules {pathlib.Path(options.rules).name}, "
           f"median of {options.repeat}")
     print(f"{'depth':>5} {'ops':>7} {'ours ms':>9} {'shardy ms':>10} {'ratio':>6} "
           f"{'ours us/op':>11} {'pipeline ms':>12} {'pipeline/shardy':>16}")

@@ -8,7 +8,7 @@ collects what the last stage finished.  Sharding the stage dimension of the
 weights and of the buffer over a ``stage`` mesh axis is all it takes to run
 it as a pipeline: each device holds one stage, and the shift becomes a
 collective_permute to the next stage (GSPMD paper, section 3.3).  The
-README's "Beyond matmuls" section runs it; tests/unit/test_partition_halo.py
+README's "Beyond matmuls" section runs it; tests/unit/partitioning/test_windowed.py
 checks it against `sequential` on 4 devices.
 """
 

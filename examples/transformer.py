@@ -3,8 +3,9 @@
 The model itself lives in the package, as `stablehlo_spmd.demo_model`, so that
 an installed ``stablehlo-spmd demo`` carries it; this module keeps the
 ``examples/transformer.py:train_step_example`` and ``examples.transformer``
-references of the README, the tests and the benchmarks working.  Its rules are
-``transformer_rules.toml`` here, a link to the package's ``demo_rules.toml``.
+references of the README and the tests working.  Its rules are the package's
+``stablehlo_spmd/demo_rules.toml``; ``transformer_rules.toml`` here links to it
+for the tests that find each example's rules as ``<name>_rules.toml``.
 """
 
 from stablehlo_spmd.demo_model import (  # noqa: F401  (this module's whole purpose)

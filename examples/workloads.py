@@ -1,6 +1,6 @@
 """Small JAX programs the partitioner is tested and benchmarked on.
 
-`tests/unit/test_partition_numerics.py` checks each against a single-device
+`tests/unit/partitioning/test_partitioner.py` checks each against a single-device
 run; `benchmarks/compare_xla.py` measures each against XLA's partitioner.
 Both load them from here, so the two always talk about the same programs.
 """

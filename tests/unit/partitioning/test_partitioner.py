@@ -101,7 +101,7 @@ def test_uvw_keeps_the_partial_to_the_final_product():
 def test_transformer_training_step_data_by_model():
     fn, args = load_object("examples/transformer.py:train_step_example")()
     text = ss.export(fn, *args)
-    partitioned = ss.partition(text, rules="examples/transformer_rules.toml")
+    partitioned = ss.partition(text, rules="stablehlo_spmd/demo_rules.toml")
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
     got = ss.run(partitioned, leaves)
     want = ss.run_single_device(text, leaves)
