@@ -4,8 +4,7 @@ The model itself lives in the package, as `stablehlo_spmd.demo_model`, so that
 an installed ``stablehlo-spmd demo`` carries it; this module keeps the
 ``examples/transformer.py:train_step_example`` and ``examples.transformer``
 references of the README and the tests working.  Its rules are the package's
-``stablehlo_spmd/demo_rules.toml``; ``transformer_rules.toml`` here links to it
-for the tests that find each example's rules as ``<name>_rules.toml``.
+``stablehlo_spmd/demo_rules.toml``.
 """
 
 from stablehlo_spmd.demo_model import (  # noqa: F401  (this module's whole purpose)

@@ -4,7 +4,7 @@
     stablehlo-spmd export mypkg.model:loss --example-args mypkg.model:example_args
 
     stablehlo-spmd explain annotated.mlir
-    stablehlo-spmd explain model.mlir --rules examples/transformer_rules.toml
+    stablehlo-spmd explain model.mlir --rules stablehlo_spmd/demo_rules.toml
 
 ``export`` writes StableHLO text whose arguments are named by pytree path,
 ready for ``stablehlo-spmd-opt --spmd-annotate=rules=...``.  ``explain``

@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import stablehlo_spmd as ss
 from stablehlo_spmd.ir import make_context, parse_module
 from stablehlo_spmd.module_shardings import MHLO_SHARDING, function_values, functions
+from example_files import rules_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -71,7 +72,7 @@ def test_rules_file_gives_named_sharding_strings(example):
     namespace = _load_example(example)
     fn, args = namespace["train_step_example"]()
     exported = ss.export(fn, *args)
-    rules_path = EXAMPLES / f"{example}_rules.toml"
+    rules_path = rules_file(example)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ss.SpmdWarning)  # rules meant for other entry points

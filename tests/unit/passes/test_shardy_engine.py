@@ -48,6 +48,7 @@ from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, SHARDING_TARGET, function_values, functions, read_mesh)
 from stablehlo_spmd.sharding import Sharding
+from example_files import rules_file
 from jaxlib.mlir import ir
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -110,7 +111,7 @@ class Workload:
             text = ss.export(attention_block, *_attention_args())
             return ss.annotate(text, mesh="data=4,model=2", rules=ATTENTION_RULES)
         fn, args = load_object(f"{EXAMPLES / self.name}.py:train_step_example")()
-        return ss.annotate(ss.export(fn, *args), rules=str(EXAMPLES / f"{self.name}_rules.toml"))
+        return ss.annotate(ss.export(fn, *args), rules=str(rules_file(self.name)))
 
 
 WORKLOADS = [Workload("mlp", 16, True), Workload("attention", ATTENTION_BATCH, False),
