@@ -1,10 +1,10 @@
 """Sharding completion: give every value a sharding from a few annotations.
 
 This module is the solver, over a plain graph with no MLIR in it: values
-(shapes) and nodes (an `OpRule` and the value ids it reads and writes).  The
-`spmd-propagate` pass builds the graph from a module, runs `Propagator`, and
-writes the answer back.  Keeping the solver apart keeps it fast (ints and
-tuples, not IR handles) and testable on its own.
+(shapes and element sizes) and nodes (an `OpRule` and the value ids it reads
+and writes).  The `spmd-propagate` pass builds the graph from a module, runs
+`Propagator`, and writes the answer back.  Keeping the solver apart keeps it
+fast (ints and tuples, not IR handles) and testable on its own.
 
 How a node propagates (Shardy's factor propagation):
 
@@ -12,11 +12,12 @@ How a node propagates (Shardy's factor propagation):
    factors (`op_rules.project_axes`, which the partitioner uses too).
 2. *Resolve*: per factor, the candidates from all tensors agree when one is
    a prefix of another (the longest wins); otherwise the one from the larger
-   tensor wins, ties going to the first.  An axis can serve one factor only,
-   the factor with the larger claim keeping it: a claim is the size of the
-   tensor its winner came from (what the losing layout costs to move), less,
-   for a REDUCTION factor whose source could cheaply hand the axis to its
-   contender, what summing the partial result it would leave costs.
+   tensor (in bytes) wins, ties going to the first.  An axis can serve one
+   factor only, the factor with the larger claim keeping it: a claim is the
+   bytes of the tensor its winner came from (what the losing layout costs
+   to move), less, for a REDUCTION factor whose source could cheaply hand
+   the axis to its contender, what summing the partial result it would
+   leave costs.
    NEED_REPLICATION factors take no axes.
 3. *Refine*: each tensor dimension may only grow: its axes become the
    factors' axes when its current axes are a prefix of them.  User shardings
@@ -42,6 +43,10 @@ a sharding, so it terminates, and the work is linear in the graph times the
 
 Each value remembers the node and the neighbouring value its sharding came
 from, so `explain` can walk the chain back to the user's annotation.
+
+Every sum is priced by the reshard planner (`reshard.plan`), the cost model
+the partitioner uses to emit it, in bytes per device: values carry their
+element sizes so that a partial in bf16 and one in f32 are told apart.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from typing import Sequence
 
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
+from stablehlo_spmd.reshard import plan, plan_cost
 from stablehlo_spmd.sharding import Sharding
 
 Axes = tuple[str, ...]
@@ -89,11 +95,20 @@ class Origin:
 class Propagator:
     STAGES = ("pass-through", "forward", "all-but-broadcast-forward", "all")
 
-    def __init__(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]], nodes: Sequence[Node]):
+    def __init__(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]], nodes: Sequence[Node],
+                 element_bytes: Sequence[int] | None = None):
+        """`element_bytes[v]` is the size of one element of value v; without
+        them every element counts one byte, so costs are element counts."""
         self.mesh = mesh
         self.shapes = list(shapes)
         self.nodes = list(nodes)
         self.sizes = [_element_count(s) for s in self.shapes]
+        self.element_bytes = [1] * len(self.shapes) if element_bytes is None \
+            else list(element_bytes)
+        if len(self.element_bytes) != len(self.shapes):
+            raise ValueError(f"{len(self.element_bytes)} element sizes for "
+                             f"{len(self.shapes)} values")
+        self.nbytes = [n * b for n, b in zip(self.sizes, self.element_bytes)]
         self.axis_size = dict(zip(mesh.axis_names, mesh.mesh_shape))
         self.axis_order = {name: i for i, name in enumerate(mesh.axis_names)}
         self.states = [ValueState([()] * len(s)) for s in self.shapes]
@@ -108,6 +123,8 @@ class Propagator:
         self._dirty = set(range(len(self.nodes)))
         self._projections: dict[tuple, list] = {}
         self._shardings: dict[tuple, Sharding] = {}
+        self._sum_costs: dict[tuple, float] = {}
+        self._whole_partials: dict[tuple, Sharding] = {}
         self.users: list[list[int]] = [[] for _ in self.shapes]
         for index, node in enumerate(self.nodes):
             for value in (*node.operands, *node.results):
@@ -179,13 +196,18 @@ class Propagator:
         return True
 
     def sum_cost(self, value: int) -> float:
-        """Per-device elements an all-reduce of `value`'s partial moves (2T(p-1)/p)."""
-        state = self.states[value]
-        partial_devices = _product(self.axis_size, state.unreduced)
-        split = 1
-        for axes in state.dims:
-            split *= _product(self.axis_size, axes)
-        return 2 * self.sizes[value] / split * (partial_devices - 1) / partial_devices
+        """Bytes per device that summing `value`'s partial, as it is laid out, moves."""
+        return self._planned_sum(self.sharding(value), value)
+
+    def _planned_sum(self, partial: Sharding, value: int) -> float:
+        """The reshard planner's price of turning `partial`, the layout of a
+        tensor shaped like `value`, into its summed layout (the same dims)."""
+        key = (partial, self.shapes[value], self.element_bytes[value])
+        cost = self._sum_costs.get(key)
+        if cost is None:
+            cost = self._sum_costs[key] = plan_cost(
+                plan(partial, partial.reduced(), self.shapes[value], self.element_bytes[value]))
+        return cost
 
     def sum_sites(self) -> list[int]:
         """Partial values some consumer needs summed, each once, in value order."""
@@ -281,7 +303,7 @@ class Propagator:
             if value == NO_VALUE:
                 continue
             state = self.states[value]
-            weight = self.sizes[value]
+            weight = self.nbytes[value]
             for dim, factors in enumerate(dim_factors):
                 axes = state.dims[dim] if dim < len(state.dims) else ()
                 if not axes or not factors:
@@ -328,10 +350,10 @@ class Propagator:
         A claim stands for what keeping the axis saves: the layout of the
         tensor the candidate came from would otherwise have to change, at a
         cost that grows with its size.  A REDUCTION factor that keeps an axis
-        also leaves every result partial over it, and summing a partial R over
-        p devices moves 2|R|(p-1)/p elements per device, 2|R|(p-1) in all
-        (the all-reduce `sum_cost` counts); a pass-through factor that keeps
-        it leaves the result split instead.  The sum is charged when every
+        also leaves every result partial over it, and summing a whole partial
+        R over p devices moves, by the planner's count, 2|R|(p-1)/p bytes per
+        device, 2|R|(p-1) over the p; a pass-through factor that keeps it
+        leaves the result split instead.  The sum is charged when every
         factor contesting the axis is one of the source tensor's own dims:
         losing the axis then only moves that tensor from one of its dims to
         another, one all-to-all, and the sum is the larger cost.  (GShard's
@@ -343,7 +365,6 @@ class Propagator:
         factors changes nothing.
         """
         kinds = rule.factor_kinds
-        result_elements = None
         for factor, kind in enumerate(kinds):
             axes, _, source = best[factor]
             if kind is not FactorKind.REDUCTION or not axes:
@@ -357,10 +378,19 @@ class Propagator:
                    for factors in dim_factors for f in factors}
             if not contenders <= own:
                 continue
-            if result_elements is None:
-                result_elements = sum(self.sizes[value] for value, _ in
-                                      tensors[len(rule.operands):] if value != NO_VALUE)
-            claims[factor] -= 2 * result_elements * (_product(self.axis_size, axes) - 1)
+            devices = _product(self.axis_size, axes)
+            per_device = sum(self._planned_sum(self._whole_partial(value, axes), value)
+                             for value, _ in tensors[len(rule.operands):] if value != NO_VALUE)
+            # Whole bytes over the group; rounding keeps equal claims equal.
+            claims[factor] -= round(devices * per_device)
+
+    def _whole_partial(self, value: int, axes: Axes) -> Sharding:
+        """`value` unsplit, pending a sum over `axes`."""
+        key = (len(self.shapes[value]), axes)
+        found = self._whole_partials.get(key)
+        if found is None:
+            found = self._whole_partials[key] = Sharding(self.mesh, ((),) * key[0], unreduced=axes)
+        return found
 
     def _refine(self, value: int, dim_factors, rule: OpRule, winners, node_index: int,
                 commit: bool = True) -> bool:

@@ -39,6 +39,7 @@ from stablehlo_spmd.module_shardings import (
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.propagation import NO_VALUE, Node, Propagator
+from stablehlo_spmd.shapes import element_bytes
 from stablehlo_spmd.sharding import Sharding
 
 _NO_RULE_NEEDED = {"func.func", "func.return", "stablehlo.return", "builtin.module", "sdy.mesh"}
@@ -86,6 +87,8 @@ class _Graph:
     def __init__(self, mesh: Mesh):
         self.ids: dict[ir.Value, int] = {}
         self.shapes: list[tuple[int, ...]] = []
+        self.element_bytes: list[int] = []  # per value, so the solver prices sums in bytes
+        self._bytes_by_type: dict[ir.Type, int] = {}
         self.describe_fns: list = []
         self.nodes: list[Node] = []
         self.node_ops: list[ir.Operation | None] = []
@@ -107,7 +110,7 @@ class _Graph:
             ok &= graph._add_function(func)
         if not ok:
             return None
-        graph.solver = Propagator(mesh, graph.shapes, graph.nodes)
+        graph.solver = Propagator(mesh, graph.shapes, graph.nodes, graph.element_bytes)
         for value, sharding, annotation in graph.pins:
             graph.solver.pin(value, sharding, annotation)
         return graph
@@ -122,11 +125,23 @@ class _Graph:
         index = len(self.shapes)
         self.ids[value] = index
         self.shapes.append(tuple(value_type.shape))
+        self.element_bytes.append(self._bytes_of(value_type))
         self.describe_fns.append(describe)
         return index
 
-    def _virtual(self, shape: tuple[int, ...], describe) -> int:
-        self.shapes.append(shape)
+    def _bytes_of(self, tensor_type: ir.Type) -> int:
+        # Keyed by the type object (uniqued per context, and the graph dies with
+        # the pass): text-keyed shapes.element_bytes would print every type.
+        found = self._bytes_by_type.get(tensor_type)
+        if found is None:
+            found = self._bytes_by_type[tensor_type] = element_bytes(
+                ir.RankedTensorType(tensor_type).element_type)
+        return found
+
+    def _virtual(self, like: int, describe) -> int:
+        """A value of its own with `like`'s type (a function result's slot)."""
+        self.shapes.append(self.shapes[like])
+        self.element_bytes.append(self.element_bytes[like])
         self.describe_fns.append(describe)
         return len(self.shapes) - 1
 
@@ -156,7 +171,7 @@ class _Graph:
             if source == NO_VALUE:
                 returned.append(NO_VALUE)
                 continue
-            virtual = self._virtual(self.shapes[source], _fixed(label))
+            virtual = self._virtual(source, _fixed(label))
             self._add_tie(source, virtual, None)
             ok &= self._pin_existing(value, virtual, label)
             self.result_slots.append((value, virtual, value.get(MHLO_SHARDING) is not None))
@@ -184,6 +199,7 @@ class _Graph:
         # The hot loop of the build (one pass over ~20k ops): IR handles are
         # fetched once per op and values get ids inline.
         ids, shapes, describers = self.ids, self.shapes, self.describe_fns
+        element_sizes, bytes_by_type = self.element_bytes, self._bytes_by_type
         for op in block.operations:
             op = op.operation
             name = op.name
@@ -205,6 +221,8 @@ class _Graph:
                     ids[result] = len(shapes)
                     results.append(len(shapes))
                     shapes.append(tuple(result_type.shape))
+                    size = bytes_by_type.get(result_type)
+                    element_sizes.append(size if size is not None else self._bytes_of(result_type))
                     describers.append(_op_result(op, position))
                 else:
                     results.append(NO_VALUE)
