@@ -57,6 +57,18 @@ DimFactors = tuple[int, ...]          # factor ids of one dimension, major to mi
 TensorFactors = tuple[DimFactors, ...]
 
 
+class Window(NamedTuple):
+    """How a PERMUTATION factor moves data: window j of `count` reads
+    `extent` elements of the operand's dim from ``offset + j * stride``
+    (elements outside the dim are the op's padding).  A sharded dim with a
+    window is served by halo exchange; one without is gathered."""
+
+    offset: int
+    stride: int
+    extent: int
+    count: int
+
+
 class FactorGroup(NamedTuple):
     """A grouped op's groups (a convolution's feature or batch groups): the
     attribute holding the group count, the factor that counts the groups,
@@ -89,6 +101,8 @@ class OpRule:
     # init); none: zero.
     neutral_operands: tuple[int, ...] = ()
     groups: tuple[FactorGroup, ...] = ()
+    # Per factor: its `Window` where it has one (slice, pad, window ops).
+    windows: tuple[Window | None, ...] = ()
 
     @property
     def num_factors(self) -> int:
@@ -101,16 +115,18 @@ class RuleBuilder:
     def __init__(self, operand_ranks: Sequence[int], result_ranks: Sequence[int]):
         self._sizes: list[int] = []
         self._kinds: list[FactorKind] = []
+        self._windows: list[Window | None] = []
         self._operands = [[[] for _ in range(rank)] for rank in operand_ranks]
         self._results = [[[] for _ in range(rank)] for rank in result_ranks]
 
     def factor(self, size: int, kind: FactorKind = FactorKind.PASS_THROUGH,
                operand_dims: Sequence[int | None] = (),
-               result_dims: Sequence[int | None] = ()) -> int:
+               result_dims: Sequence[int | None] = (), window: Window | None = None) -> int:
         """Add a factor; ``operand_dims[i]`` is the dim of operand i it is in (None: absent)."""
         factor_id = len(self._sizes)
         self._sizes.append(int(size))
         self._kinds.append(kind)
+        self._windows.append(window)
         for tensors, dims in ((self._operands, operand_dims), (self._results, result_dims)):
             for tensor, dim in zip(tensors, dims):
                 if dim is not None:
@@ -126,7 +142,8 @@ class RuleBuilder:
         return OpRule(tuple(self._sizes), tuple(self._kinds), freeze(self._operands),
                       freeze(self._results), unreduced, tuple(linear_operands), reduction,
                       elementwise, keeps_attributes, masks_padding, tuple(neutral_operands),
-                      tuple(groups))
+                      tuple(groups),
+                      tuple(self._windows) if any(self._windows) else ())
 
     def dim_factors(self, tensor: int, dim: int, result: bool = False) -> tuple[int, ...]:
         """The factors added so far to dim `dim` of operand (or result) `tensor`."""

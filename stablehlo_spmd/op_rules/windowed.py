@@ -36,7 +36,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from stablehlo_spmd.op_rules import (
-    FactorGroup, FactorKind, RuleBuilder, UnreducedFlow, int_array, ranks, register)
+    FactorGroup, FactorKind, RuleBuilder, UnreducedFlow, Window, int_array, ranks, register)
 from stablehlo_spmd.op_rules.compute import is_zero_constant, reduction_kind
 
 PASS, PERM, NEED = FactorKind.PASS_THROUGH, FactorKind.PERMUTATION, FactorKind.NEED_REPLICATION
@@ -101,15 +101,16 @@ def padding_pairs(op: ir.Operation, rank: int) -> list[tuple[int, int]]:
 
 
 def _per_dim(op: ir.Operation, operand_shape, result_shape, moved,
-             kind: FactorKind = PERM):
+             kind: FactorKind = PERM, window=lambda dim: None):
     """Operand 0 and every result share one factor per dim: PASS_THROUGH where
-    `moved(dim)` is false, else `kind` with the larger of the two sizes."""
+    `moved(dim)` is false, else `kind` with the larger of the two sizes and
+    the `window(dim)` it reads."""
     builder = RuleBuilder(ranks(op.operands), ranks(op.results))
     other_operands = [None] * (len(op.operands) - 1)
     for dim, (in_size, out_size) in enumerate(zip(operand_shape, result_shape)):
-        factor_kind = kind if moved(dim) else PASS
-        builder.factor(max(in_size, out_size), factor_kind, [dim] + other_operands,
-                       [dim] * len(op.results))
+        is_moved = moved(dim)
+        builder.factor(max(in_size, out_size), kind if is_moved else PASS, [dim] + other_operands,
+                       [dim] * len(op.results), window(dim) if is_moved else None)
     return builder
 
 
@@ -124,8 +125,10 @@ def _slice(op: ir.Operation):
     if shapes is None:
         return None
     operand_shape, result_shape = shapes
+    starts, strides = int_array(op.attributes["start_indices"]), int_array(op.attributes["strides"])
     builder = _per_dim(op, operand_shape, result_shape,
-                       lambda d: operand_shape[d] != result_shape[d])
+                       lambda d: operand_shape[d] != result_shape[d],
+                       window=lambda d: Window(starts[d], strides[d], 1, result_shape[d]))
     return builder.build(UnreducedFlow.JOINT, (0,))
 
 
@@ -147,8 +150,11 @@ def _pad(op: ir.Operation):
     low = int_array(op.attributes["edge_padding_low"])
     high = int_array(op.attributes["edge_padding_high"])
     interior = int_array(op.attributes["interior_padding"])
+    # Interior padding spreads the elements out: no window holds them.
     builder = _per_dim(op, operand_shape, result_shape,
-                       lambda d: (low[d], high[d], interior[d]) != (0, 0, 0))
+                       lambda d: (low[d], high[d], interior[d]) != (0, 0, 0),
+                       window=lambda d: (None if interior[d] else
+                                         Window(-low[d], 1, 1, result_shape[d])))
     if is_zero_scalar(op.operands[1]):
         return builder.build(UnreducedFlow.JOINT, (0,))
     return builder.build()
@@ -299,10 +305,17 @@ def _reduce_window(op: ir.Operation):
     dilations = optional_array(op, "base_dilations", rank, 1)
     padding = padding_pairs(op, rank)
     builder = RuleBuilder(ranks(op.operands), ranks(op.results))
+    window_dilations = optional_array(op, "window_dilations", rank, 1)
     for dim in range(rank):
-        kind = PASS if _window_passes(window, strides, padding, dilations, dim) else PERM
+        if _window_passes(window, strides, padding, dilations, dim):
+            kind, reads = PASS, None
+        else:
+            # Base dilation spreads the input out: no window holds it.
+            kind, reads = PERM, (None if dilations[dim] != 1 else Window(
+                -padding[dim][0], strides[dim], (window[dim] - 1) * window_dilations[dim] + 1,
+                result_shape[dim]))
         builder.factor(max(operand_shape[dim], result_shape[dim]), kind,
-                       [dim] * count + [None] * count, [dim] * count)
+                       [dim] * count + [None] * count, [dim] * count, reads)
     kind = reduction_kind(op) if count == 1 else None
     if kind == "sum" and is_zero_scalar(op.operands[1]):
         return builder.build(UnreducedFlow.JOINT, (0,), reduction=kind, keeps_attributes=True)
@@ -338,7 +351,8 @@ def _select_and_scatter(op: ir.Operation):
             builder.factor(size, PASS, [dim, dim, None], [dim])
         else:
             builder.factor(source_shape[dim], NEED, [None, dim, None], [None])
-            builder.factor(size, PERM, [dim, None, None], [dim])
+            builder.factor(size, PERM, [dim, None, None], [dim], Window(
+                -padding[dim][0], strides[dim], window[dim], source_shape[dim]))
     kind = region_kind(op, 1)
     if kind == "sum" and is_zero_scalar(op.operands[2]):
         return builder.build(UnreducedFlow.JOINT, (1,), reduction=kind, keeps_attributes=True)
@@ -391,6 +405,7 @@ def _convolution(op: ir.Operation):
     spatial_rank = len(lhs_spatial)
     strides = optional_array(op, "window_strides", spatial_rank, 1)
     lhs_dilation = optional_array(op, "lhs_dilation", spatial_rank, 1)
+    rhs_dilation = optional_array(op, "rhs_dilation", spatial_rank, 1)
     padding = padding_pairs(op, spatial_rank)
 
     builder = RuleBuilder([len(lhs_shape), len(rhs_shape)], [len(out_shape)])
@@ -414,7 +429,12 @@ def _convolution(op: ir.Operation):
             if is_window:
                 builder.factor(size, FactorKind.REDUCTION, [lhs_dim, rhs_dim], [None])
             else:
-                builder.factor(size, PASS if one_to_one else PERM, [lhs_dim, None], [out_dim])
+                # lhs dilation spreads the input out: no window holds it.
+                reads = None if one_to_one or lhs_dilation[index] != 1 else Window(
+                    -padding[index][0], strides[index],
+                    (window_size - 1) * rhs_dilation[index] + 1, windows)
+                builder.factor(size, PASS if one_to_one else PERM, [lhs_dim, None], [out_dim],
+                               reads)
             left //= size
 
     if feature_groups > 1:

@@ -65,7 +65,7 @@ def _ceil(a: int, b: int) -> int:
 
 
 def _setup(p: Partitioner, op: ir.Operation,
-           halos: Callable[[list[Sharding | None], list[Sharding]], list[Halo]],
+           halos: Callable[[Plan], list[Halo]],
            forced: Callable[[OpRule, list[tuple]], None] | None = None,
            always: bool = False,
            windowed_kinds: tuple[FactorKind, ...] = (FactorKind.PERMUTATION,)) -> Plan | None:
@@ -92,7 +92,7 @@ def _setup(p: Partitioner, op: ir.Operation,
         if forced is not None:
             forced(rule, axes)
         plan = plan_from_axes(p, op, rule, wanted, axes, stripped)
-        found = halos(plan.required, plan.produced)
+        found = halos(plan)
         misfits = [h for h in found if not _fits(p, op, plan.required, h)]
         if not misfits:
             plan.detail = found
@@ -167,20 +167,39 @@ def _strided_halo(p: Partitioner, operand: int, dim: int, dim_axes: tuple, size:
 
 # ------------------------------------------------------------ slice, pad
 
+def _window_halo(p: Partitioner, op: ir.Operation, plan: Plan, operand: int,
+                 dim: int) -> Halo | None:
+    """What operand `operand` must read along its split `dim`, from the
+    rule: the `Window` of its PERMUTATION factor, or the whole dim where that
+    factor has none; None where the dim moves no data."""
+    rule = plan.rule
+    moved = [f for f in rule.operands[operand][dim]
+             if rule.factor_kinds[f] is FactorKind.PERMUTATION]
+    if not moved:
+        return None
+    # (A convolution's lhs dim also holds the window-size factor, which
+    # moves nothing: each device sums its part of every window.)
+    window = rule.windows[moved[0]] if len(moved) == 1 and rule.windows else None
+    if window is None:
+        return _gathered(operand, dim)
+    return _strided_halo(p, operand, dim, plan.required[operand].dim_axes[dim],
+                         shape_of(op.operands[operand])[dim], window.count, window.offset,
+                         window.stride, window.extent)
+
+
+def _permuted_halos(p: Partitioner, op: ir.Operation, plan: Plan, skip=()) -> list[Halo]:
+    """`_window_halo` of every split dim of operand 0 (but `skip`)."""
+    found = []
+    for dim, dim_axes in enumerate(plan.required[0].dim_axes):
+        halo = _window_halo(p, op, plan, 0, dim) if dim_axes and dim not in skip else None
+        if halo is not None:
+            found.append(halo)
+    return found
+
+
 def _slice_attributes(op: ir.Operation):
     return (int_array(op.attributes["start_indices"]), int_array(op.attributes["limit_indices"]),
             int_array(op.attributes["strides"]))
-
-
-def _slice_halos(p: Partitioner, op: ir.Operation, required, skip=()) -> list[Halo]:
-    n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
-    starts, _, strides = _slice_attributes(op)
-    found = []
-    for dim, dim_axes in enumerate(required[0].dim_axes):
-        if dim not in skip and dim_axes and (n_in[dim], starts[dim], strides[dim]) != (m_out[dim], 0, 1):
-            found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim],
-                                       starts[dim], strides[dim]))
-    return found
 
 
 def _slice_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
@@ -188,7 +207,7 @@ def _slice_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     whole comes from its owner.  The plan's `detail` is (windows, owned)."""
     starts, _, strides = _slice_attributes(op)
     # Slices have no generic per-device form (their attributes hold sizes).
-    plan = _setup(p, op, lambda required, produced: _slice_halos(p, op, required), always=True)
+    plan = _setup(p, op, lambda plan: _permuted_halos(p, op, plan), always=True)
     if plan is None:
         return None
     owned = _owned_slices(p, op, plan, starts, strides)
@@ -197,7 +216,7 @@ def _slice_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         for dim, (axes, _) in owned.items():
             dim_axes[dim] = axes
         plan.required[0] = plan.required[0].with_dim_axes(dim_axes)
-    plan.detail = (_slice_halos(p, op, plan.required, owned), owned)
+    plan.detail = (_permuted_halos(p, op, plan, owned), owned)
     return plan
 
 
@@ -278,20 +297,13 @@ def _broadcast_piece(p: Partitioner, value: ir.Value, dim: int, axes: tuple, own
 
 
 def _pad_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
-    n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
+    n_in = shape_of(op.operands[0])
     low = int_array(op.attributes["edge_padding_low"])
     high = int_array(op.attributes["edge_padding_high"])
     interior = int_array(op.attributes["interior_padding"])
 
-    def halos(required, produced):
-        found = []
-        for dim, dim_axes in enumerate(required[0].dim_axes):
-            if dim_axes and (low[dim], high[dim], interior[dim]) != (0, 0, 0):
-                if interior[dim]:  # spreads elements: no window holds them
-                    found.append(_gathered(0, dim))
-                    continue
-                found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim], -low[dim]))
-        return found
+    def halos(plan):
+        return _permuted_halos(p, op, plan)
 
     plan = _setup(p, op, halos, always=True)  # as for slices
     if plan is None:
@@ -299,7 +311,7 @@ def _pad_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
     def emit(operands):
         value, pad_value = operands
-        for halo in halos(plan.required, plan.produced):
+        for halo in halos(plan):
             value = _window(p, op, plan, value, halo, pad_value)
         rank = len(n_in)
         keep = [not _sharded(plan.required[0], d) for d in range(rank)]
@@ -322,8 +334,8 @@ def _concatenate_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     total = shape_of(op.results[0])[axis]
 
-    def halos(required, produced):
-        dim_axes = produced[0].dim_axes[axis]
+    def halos(plan):
+        dim_axes = plan.produced[0].dim_axes[axis]
         if not dim_axes:
             return []
         s_out = _shard(p, total, dim_axes)
@@ -342,7 +354,7 @@ def _concatenate_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         dim_axes = plan.produced[0].dim_axes[axis]
         s_out = _shard(p, total, dim_axes)
         merged = None
-        for halo, local, start, size in zip(halos(plan.required, plan.produced),
+        for halo, local, start, size in zip(halos(plan),
                                             operands, starts, sizes):
             window = _window(p, op, plan, local, halo)
             if merged is None:
@@ -363,10 +375,10 @@ def _reverse_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     shape = shape_of(op.results[0])
     dims = list(int_array(op.attributes["dimensions"]))
 
-    def halos(required, produced):
+    def halos(plan):
         found = []
         for dim in dims:
-            dim_axes = required[0].dim_axes[dim]
+            dim_axes = plan.required[0].dim_axes[dim]
             if dim_axes:
                 count = p.mesh.axes_size(dim_axes)
                 shard = _ceil(shape[dim], count)
@@ -379,7 +391,7 @@ def _reverse_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
     def emit(operands):
         value = hlo.ReverseOp(operands[0], dims).result
-        for halo in halos(plan.required, plan.produced):
+        for halo in halos(plan):
             dim_axes = plan.required[0].dim_axes[halo.dim]
             # Shard q reversed is shard p-1-q of the reversed, padded tensor; the
             # padding now leads it, so the result starts `offset` elements in.
@@ -401,26 +413,11 @@ windowed_strategy("stablehlo.reverse", _reverse_plan)
 def _reduce_window_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     if len(op.results) != 1:
         return None
-    n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
-    rank = len(n_in)
-    window = int_array(op.attributes["window_dimensions"])
-    strides = optional_array(op, "window_strides", rank, 1)
-    base = optional_array(op, "base_dilations", rank, 1)
-    dilation = optional_array(op, "window_dilations", rank, 1)
+    rank = len(shape_of(op.operands[0]))
     padding = padding_pairs(op, rank)
 
-    def halos(required, produced):
-        found = []
-        for dim, dim_axes in enumerate(required[0].dim_axes):
-            if not dim_axes:
-                continue
-            if base[dim] != 1:
-                found.append(_gathered(0, dim))
-                continue
-            extent = (window[dim] - 1) * dilation[dim] + 1
-            found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_out[dim],
-                                       -padding[dim][0], strides[dim], extent))
-        return found
+    def halos(plan):
+        return _permuted_halos(p, op, plan)
 
     plan = _setup(p, op, halos)
     if plan is None:
@@ -428,7 +425,7 @@ def _reduce_window_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
     def emit(operands):
         value, init = operands
-        found = halos(plan.required, plan.produced)
+        found = halos(plan)
         for halo in found:
             value = _window(p, op, plan, value, halo, init)
         new_op = p.create(op, [value, init], [local_type(op.results[0].type, plan.produced[0])])
@@ -472,22 +469,22 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                 for factor in rule.operands[1][rhs_dim]:
                     axes[factor] = ()
 
-    def halos(required, produced):
+    def halos(plan):
         found = []
         for i, (lhs_dim, rhs_dim, out_dim) in enumerate(zip(lhs_spatial, rhs_spatial,
                                                            out_spatial)):
-            dim_axes = required[0].dim_axes[lhs_dim]
+            dim_axes = plan.required[0].dim_axes[lhs_dim]
             if not dim_axes:
                 continue
             size, windows, kernel = n_lhs[lhs_dim], m_out[out_dim], n_rhs[rhs_dim]
-            if lhs_dilation[i] != 1:
-                found.append(_gathered(0, lhs_dim))
-            elif dim_axes == produced[0].dim_axes[out_dim]:
+            if dim_axes == plan.produced[0].dim_axes[out_dim]:
                 # Windows split: each device reads the input under its windows.
-                extent = (kernel - 1) * rhs_dilation[i] + 1
-                found.append(_strided_halo(p, 0, lhs_dim, dim_axes, size, windows,
-                                           -padding[i][0], strides[i], extent))
-            elif dim_axes == required[1].dim_axes[rhs_dim]:
+                halo = _window_halo(p, op, plan, 0, lhs_dim)
+                if halo is not None:
+                    found.append(halo)
+            elif lhs_dilation[i] != 1:
+                found.append(_gathered(0, lhs_dim))
+            elif dim_axes == plan.required[1].dim_axes[rhs_dim]:
                 # Kernel window split (a kernel gradient's "kernel" is the
                 # output gradient): each device reads the input under its part
                 # of every window and sums a partial result.
@@ -505,7 +502,7 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
     def emit(operands):
         lhs, rhs = operands
-        found = halos(plan.required, plan.produced)
+        found = halos(plan)
         for halo in found:
             lhs = _window(p, op, plan, lhs, halo)
         for rhs_dim in rhs_spatial:
@@ -534,8 +531,6 @@ windowed_strategy("stablehlo.convolution", _convolution_plan)
 def _select_and_scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     n_in, m_src = shape_of(op.operands[0]), shape_of(op.operands[1])
     rank = len(n_in)
-    window = optional_array(op, "window_dimensions", rank, 1)
-    strides = optional_array(op, "window_strides", rank, 1)
     padding = padding_pairs(op, rank)
     never_selected = _never_selected(op)
     if never_selected is None or not is_zero_scalar(op.operands[2]):
@@ -550,13 +545,8 @@ def _select_and_scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                     and operand_factors != source_factors:
                 axes[source_factors[0]] = axes[operand_factors[0]]
 
-    def halos(required, produced):
-        found = []
-        for dim, dim_axes in enumerate(required[0].dim_axes):
-            if dim_axes and (window[dim], strides[dim], padding[dim]) != (1, 1, (0, 0)):
-                found.append(_strided_halo(p, 0, dim, dim_axes, n_in[dim], m_src[dim],
-                                           -padding[dim][0], strides[dim], window[dim]))
-        return found
+    def halos(plan):
+        return _permuted_halos(p, op, plan)
 
     plan = _setup(p, op, halos, forced=source_follows_operand)
     if plan is None:
@@ -564,7 +554,7 @@ def _select_and_scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
     def emit(operands):
         operand, source, init = operands
-        found = halos(plan.required, plan.produced)
+        found = halos(plan)
         element = ir.RankedTensorType(op.operands[0].type).element_type
         fill = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
             ir.RankedTensorType.get([], element), ir.FloatAttr.get(element, never_selected))).result
