@@ -31,7 +31,7 @@ from jaxlib.mlir.dialects import stablehlo
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.reshard import Step, axis_coordinate, plan, replica_groups
-from stablehlo_spmd.shapes import element_bytes, scalar_zero, shape_of
+from stablehlo_spmd.shapes import element_bytes, int_constant, scalar_zero, shape_of
 from stablehlo_spmd.sharding import Sharding
 
 _DEVICE_TO_DEVICE = 1  # ChannelHandle type for collectives between devices
@@ -239,8 +239,8 @@ class Emitter:
             value = self._edge(value, dim, left + offset, left + offset + length)
         else:
             moved = self._lookup(tuple(axes), step)
-            start = stablehlo.AddOp(moved, self._index_constant(left + offset, moved.type)).result
-            zero = self._index_constant(0, moved.type)
+            start = stablehlo.AddOp(moved, int_constant(left + offset, moved.type)).result
+            zero = int_constant(0, moved.type)
             indices = [zero] * len(shape)
             indices[dim] = start
             sizes = _shape(value)
@@ -270,8 +270,8 @@ class Emitter:
             zeros = stablehlo.BroadcastInDimOp(_like(value, shape),
                                                scalar_zero(_element_type(value)), []).result
             start = self._lookup(tuple(axes), step)
-            start = stablehlo.AddOp(start, self._index_constant(left + offset, start.type)).result
-            indices = [self._index_constant(0, start.type)] * len(shape)
+            start = stablehlo.AddOp(start, int_constant(left + offset, start.type)).result
+            indices = [int_constant(0, start.type)] * len(shape)
             indices[dim] = start
             value = stablehlo.DynamicUpdateSliceOp(zeros, value, indices).result
         return self.halo_return(value, dim, axes, left, shard_size)
@@ -337,13 +337,12 @@ class Emitter:
         if ir.RankedTensorType(start.type).element_type != i32:
             start = stablehlo.ConvertOp(ir.RankedTensorType.get([], i32), start).result
         if offset:
-            start = stablehlo.AddOp(start, self._index_constant(offset, start.type)).result
+            start = stablehlo.AddOp(start, int_constant(offset, start.type)).result
         positions = stablehlo.AddOp(stablehlo.IotaOp(index_type, dim).result,
                                     stablehlo.BroadcastInDimOp(index_type, start, []).result).result
         result = None
         for direction, bound in bounds:
-            limit = stablehlo.ConstantOp(cached_attr(f"dense<{bound}> : {index_type}",
-                                                     self.context)).result
+            limit = int_constant(bound, index_type)
             compared = stablehlo.CompareOp(positions, limit,
                                            stablehlo.ComparisonDirectionAttr.get(direction)).result
             result = compared if result is None else stablehlo.AndOp(result, compared).result
@@ -355,10 +354,6 @@ class Emitter:
         fill = fill if fill is not None else scalar_zero(_element_type(value))
         return stablehlo.SelectOp(inside, value,
                                   stablehlo.BroadcastInDimOp(value.type, fill, []).result).result
-
-    def _index_constant(self, value: int, scalar_type: ir.Type) -> ir.Value:
-        return stablehlo.ConstantOp(cached_attr(f"dense<{value}> : {scalar_type}",
-                                                self.context)).result
 
     # ------------------------------------------------------------ padding
 
