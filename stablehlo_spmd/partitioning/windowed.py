@@ -87,10 +87,13 @@ def _setup(p: Partitioner, op: ir.Operation,
             if dim_axes and not axes[factor] and not used & set(dim_axes):
                 axes[factor] = dim_axes
                 used.update(dim_axes)
-    stripped: set[int] = set()
+    stripped: set[int] = set()  # factors kept whole here against the rule: reported
     while True:
         if forced is not None:
+            before = list(axes)
             forced(rule, axes)
+            stripped.update(f for f, (old, new) in enumerate(zip(before, axes))
+                            if set(old) - set(new))
         plan = plan_from_axes(p, op, rule, wanted, axes, stripped)
         found = halos(plan)
         misfits = [h for h in found if not _fits(p, op, plan.required, h)]
