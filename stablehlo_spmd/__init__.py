@@ -24,7 +24,7 @@ from stablehlo_spmd.api import (
     annotate, as_mesh, format_sharding, parse_sharding, partition, propagate, run_passes, spmd_jit)
 from stablehlo_spmd.diagnostics import Diagnostic, SpmdWarning
 from stablehlo_spmd.errors import (
-    PipelineError, RulesError, ShardingError, ShardingSyntaxError, SpmdError)
+    MeshError, PipelineError, RulesError, ShardingError, ShardingSyntaxError, SpmdError)
 from stablehlo_spmd.export import export
 from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
 from stablehlo_spmd.mesh import Mesh
@@ -37,8 +37,8 @@ from stablehlo_spmd.sharding import Sharding
 __all__ = [
     "DeviceError", "Executable", "RuntimeCompileError", "RuntimeInputError", "compile",
     "ensure_host_devices", "run", "run_single_device",
-    "Diagnostic", "HloSharding", "Mesh", "PipelineError", "Rule", "RuleSet", "RulesError",
-    "Sharding", "ShardingError", "ShardingSyntaxError", "SpmdError", "SpmdWarning",
+    "Diagnostic", "HloSharding", "Mesh", "MeshError", "PipelineError", "Rule", "RuleSet",
+    "RulesError", "Sharding", "ShardingError", "ShardingSyntaxError", "SpmdError", "SpmdWarning",
     "TileAssignment", "annotate", "as_mesh", "export", "format_sharding", "load_rules",
     "parse_rules", "parse_sharding", "partition", "propagate", "run_passes", "spmd_jit",
 ]

@@ -40,7 +40,7 @@ import sys
 import warnings
 from typing import Any, Iterable, Sequence
 
-from stablehlo_spmd.errors import RulesError, not_utf8
+from stablehlo_spmd.errors import MeshError, RulesError, not_utf8
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.sharding import REDUCTIONS
 
@@ -231,7 +231,7 @@ def _parse_mesh(raw: Any, text: str, filename: str) -> Mesh | None:
         raise RulesError("mesh 'devices' must be a list of integer device ids", position)
     try:
         return Mesh.from_string(axes, devices)
-    except ValueError as error:
+    except MeshError as error:
         raise RulesError(f"invalid mesh: {error}", position) from None
 
 

@@ -259,7 +259,7 @@ def _module_mesh(module):
         if meshes:
             return ms.mesh_from_attr(meshes.get("mesh", next(iter(meshes.values()))))
         return ms.module_mesh(module)
-    except (SpmdError, ValueError):
+    except SpmdError:
         return None  # shardings are then taken as XLA compiled them, without a mesh
 
 

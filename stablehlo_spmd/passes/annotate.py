@@ -30,7 +30,7 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 
 from stablehlo_spmd import diagnostics
-from stablehlo_spmd.errors import PipelineError, ShardingError
+from stablehlo_spmd.errors import MeshError, PipelineError, ShardingError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, ShardedValue, all_sharded_values, function_values, functions,
@@ -90,7 +90,7 @@ class AnnotatePass(ModulePass):
         if self.mesh:
             try:
                 rule_set = dataclasses.replace(rule_set, mesh=Mesh.from_string(self.mesh))
-            except ValueError as error:
+            except MeshError as error:
                 raise PipelineError(f"invalid 'mesh' option of spmd-annotate: {error}") from None
         return rule_set
 
