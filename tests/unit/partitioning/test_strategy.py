@@ -1,0 +1,65 @@
+"""The strategy table (`partitioning.strategy`): keyed like the op-rule table,
+one strategy an op, and plans that emit nothing until a strategy commits."""
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import stablehlo_spmd as ss
+from stablehlo_spmd import op_rules
+from stablehlo_spmd.partitioning import STRATEGIES
+from stablehlo_spmd.partitioning.strategy import strategy
+
+
+def test_every_strategy_is_for_an_op_the_rule_table_knows():
+    # "Where is op X handled" has one answer: its strategy, keyed by the
+    # same name as its rule; a strategy for an op with no rule would be a
+    # typo that silently never runs.
+    assert STRATEGIES
+    assert [name for name in STRATEGIES if not op_rules.has_rule(name)] == []
+
+
+def test_a_second_strategy_for_an_op_is_refused():
+    with pytest.raises(AssertionError, match="stablehlo.slice already has a strategy"):
+        strategy("stablehlo.slice")(lambda p, op, plan, operands: operands)
+
+
+SCATTER_OF_A_SPLIT_WINDOW = """
+module {
+  func.func public @main(%table: tensor<8x4xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"},
+                         %rows: tensor<2x1xi32>, %updates: tensor<2x2xf32>)
+      -> (tensor<8x4xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"}) {
+    %0 = "stablehlo.scatter"(%table, %rows, %updates) ({
+      ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+        %s = stablehlo.add %a, %b : tensor<f32>
+        stablehlo.return %s : tensor<f32>
+    }) {scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1],
+        inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>,
+        indices_are_sorted = false, unique_indices = false}
+      : (tensor<8x4xf32>, tensor<2x1xi32>, tensor<2x2xf32>) -> tensor<8x4xf32>
+    return %0 : tensor<8x4xf32>
+  }
+}
+"""
+
+
+def test_a_declined_strategy_leaves_nothing_behind_and_the_default_is_exact():
+    # The update windows cover only 2 of the table's 4 split columns, a
+    # scatter the local strategy declines.  Declining happens while
+    # planning, so the rule-driven default emits the op once, on the
+    # gathered table, says so at the op, and computes what one device does.
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        partitioned = ss.run_passes(SCATTER_OF_A_SPLIT_WINDOW,
+                                    "builtin.module(spmd-propagate,spmd-partition{warn-bytes=0})")
+    assert partitioned.count('"stablehlo.scatter"') == 1
+    assert any(re.search(r"^<input>:6:10: warning: 'stablehlo.scatter' needs dimension 1 of "
+                         r"its operand tensor<8x4xf32> whole", str(w.message)) for w in seen)
+    table = np.arange(32, dtype=np.float32).reshape(8, 4)
+    rows = np.array([[1], [6]], dtype=np.int32)
+    updates = np.ones((2, 2), dtype=np.float32)
+    got = np.asarray(ss.run(partitioned, [table, rows, updates])[0])
+    want = np.asarray(ss.run_single_device(SCATTER_OF_A_SPLIT_WINDOW, [table, rows, updates])[0])
+    np.testing.assert_array_equal(got, want)
