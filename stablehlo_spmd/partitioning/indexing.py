@@ -175,17 +175,17 @@ def emit_scatter(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     local_operand, local_indices, local_updates = operands
     local_operand_shape = operand_layout.shard_shape(operand_shape)
     element = local_indices.type.element_type
-    components, shifted = [], False
-    for k, dim in enumerate(index_map):
+    shifts = [bool(operand_layout.dim_axes[dim]) and dim not in batching for dim in index_map]
+    components, shifted = [], any(shifts)
+    for k, dim in enumerate(index_map if shifted else ()):
         component = index_component(local_indices, vector_dim, k)
         dim_axes = operand_layout.dim_axes[dim]
-        if dim_axes and dim not in batching:
+        if shifts[k]:
             offset = p.emitter.axis_index(dim_axes)
             offset = hlo.ConvertOp(ir.RankedTensorType.get([], element), offset).result
             offset = hlo.MulOp(offset, _scalar(local_operand_shape[dim], element)).result
             component = hlo.SubtractOp(component, hlo.BroadcastInDimOp(
                 component.type, offset, []).result).result
-            shifted = True
         components.append(component)
     rule = plan.rule
     partial_axes = tuple(a for f, kind in enumerate(rule.factor_kinds)
