@@ -15,12 +15,9 @@ import tomllib
 
 import pytest
 
-import stablehlo_spmd
-from stablehlo_spmd import demo_model
 from stablehlo_spmd.demo import NO_LOCATION, list_collectives
 
 CHECKOUT = pathlib.Path(os.path.abspath(__file__)).parents[2]
-PACKAGE = pathlib.Path(os.path.abspath(stablehlo_spmd.__file__)).parent
 
 DEMO_RECORDING_OPENED_FILES = """
 import os, sys
@@ -29,12 +26,16 @@ def record(event, args):
     if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
         opened.add(os.path.abspath(os.fsdecode(args[0])))  # a link is caught where it is
 sys.addaudithook(record)
+import stablehlo_spmd
 from stablehlo_spmd.cli.main import main
 try:
     main(["demo"])
 finally:
     with open(sys.argv[1], "w") as out:
-        out.write("\\n".join(sorted(opened)))
+        # First the package this process imported (the installed one, which
+        # is not the checkout's under a plain `pip install .`), then the files.
+        out.write("\\n".join([os.path.dirname(os.path.abspath(stablehlo_spmd.__file__))]
+                             + sorted(opened)))
 """
 
 
@@ -46,12 +47,12 @@ def demo_run(tmp_path_factory):
            if k not in ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}
     done = subprocess.run([sys.executable, "-c", DEMO_RECORDING_OPENED_FILES, str(opened_list)],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    opened = [pathlib.Path(p) for p in opened_list.read_text().splitlines()]
-    return done, opened
+    package, *opened = [pathlib.Path(p) for p in opened_list.read_text().splitlines()]
+    return done, package, opened
 
 
 def test_demo_matches_single_device_from_outside_the_checkout(demo_run):
-    done, _ = demo_run
+    done, _, _ = demo_run
     assert done.returncode == 0, done.stderr
     assert "all results match the single-device run: True" in done.stdout
     assert re.search(r"^\d+ collectives, [\d,]+ bytes per device$", done.stdout, re.MULTILINE)
@@ -60,7 +61,7 @@ def test_demo_matches_single_device_from_outside_the_checkout(demo_run):
 
 
 def test_demo_prints_no_cpp_log_lines(demo_run):
-    done, _ = demo_run
+    done, _, _ = demo_run
     assert "pjrt_client.cc" not in done.stderr
     assert not re.search(r"^[IWEF]\d{4} ", done.stderr, re.MULTILINE), done.stderr  # absl's prefix
     assert done.stderr == ""
@@ -75,22 +76,22 @@ def test_a_log_level_the_user_set_is_kept():
 
 
 def test_demo_reads_only_files_the_installed_package_carries(demo_run):
-    _, opened = demo_run
+    _, package, opened = demo_run
     assert not [p for p in opened if (CHECKOUT / "examples") in p.parents]
     package_data = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())[
         "tool"]["setuptools"]["package-data"]["stablehlo_spmd"]
-    read_from_package = {p.relative_to(PACKAGE).as_posix() for p in opened
-                         if PACKAGE in p.parents and p.suffix not in (".py", ".pyc")}
+    read_from_package = {p.relative_to(package).as_posix() for p in opened
+                         if package in p.parents and p.suffix not in (".py", ".pyc")}
     assert "demo_rules.toml" in read_from_package
     assert read_from_package <= set(package_data)
 
 
 def test_every_collective_is_located_in_the_model_or_nowhere(demo_run):
-    done, _ = demo_run
+    done, package, _ = demo_run
     lines = done.stdout.splitlines()
     first = lines.index(next(line for line in lines if line.startswith("collective "))) + 1
     last = lines.index(next(line for line in lines if re.match(r"\d+ collectives,", line)))
-    model_file = pathlib.Path(demo_model.__file__).resolve()
+    model_file = (package / "demo_model.py").resolve()
     located = 0
     for line in lines[first:last]:
         where = line.split(maxsplit=2)[2]
