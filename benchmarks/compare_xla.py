@@ -36,14 +36,14 @@ each workload:
    all given as jax's private ``GSPMDSharding`` (jit fails trying to map an
    uneven layout back onto a NamedSharding otherwise).
 3. Collectives are counted in each compiled program's optimized HLO (ours:
-   ``Executable.compiled_text()``; XLA: ``compiled.as_text()``) per kind, an
-   async ``-start``/``-done`` pair once.  Bytes moved per device follow the
-   cost table of DESIGN.md with the per-device sizes in the HLO and the group
-   size p read from ``replica_groups`` (``{{..}}``, iota ``[a,b]<=[..]`` and
-   mesh-axes ``mesh[..] {..}`` forms): all-reduce 2·S·(p−1)/p, all-gather
-   S_out·(p−1)/p, reduce-scatter S_in·(p−1)/p, all-to-all S·(p−1)/p²,
-   collective-permute S (S: the per-device operand bytes, all operands of a
-   combined collective together).
+   ``Executable.compiled_text()``; XLA: ``compiled.as_text()``) with one
+   counter, benchmarks/hlo_collectives.py: per kind, an async
+   ``-start``/``-done`` pair once, a combined (tuple-shaped) collective by all
+   its operands, bytes per device by DESIGN.md's cost table with the group
+   size read from ``replica_groups`` (see that module for the formulas).
+   Ours is also counted as emitted, in our partitioned StableHLO before XLA
+   compiles it ("bytes ours as emitted"): where the two figures of ours
+   differ, XLA's backend combined, split or added collectives at compile time.
 4. Time, after warm-up, ``--repeat`` alternating rounds on the same inputs,
    already on the devices, each call followed by ``block_until_ready``;
    medians are reported.  "step": each side's public call (ours
@@ -88,9 +88,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import datetime  # noqa: E402
-import math  # noqa: E402
 import pathlib  # noqa: E402
-import re  # noqa: E402
 import shlex  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -101,8 +99,9 @@ from typing import Any, Callable  # noqa: E402
 import jax  # noqa: E402  (after XLA_FLAGS)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from hlo_collectives import collectives, emitted_collectives  # noqa: E402  (beside this script)
 from report import (  # noqa: E402  (benchmarks/report.py, beside this script)
-    COLLECTIVE_KINDS, Collective, Memory, PassTimes, Row, RunInfo, print_text, write_report)
+    Memory, PassTimes, Row, RunInfo, print_text, write_report)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEVICES = 8
@@ -219,123 +218,6 @@ def _workloads() -> list[Workload]:
         Workload("transformer-step", _transformer, None,
                  str(DEMO_RULES), rtol=1e-4, atol=1e-5),
     ]
-
-
-# ------------------------------------------------------------------ HLO collectives
-
-_DTYPE_BYTES = {"pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2,
-                "s32": 4, "u32": 4, "s64": 8, "u64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8,
-                "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1, "token": 0}
-_ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
-
-
-def _shape_bytes(shape: str) -> int:
-    total = 0.0
-    for dtype, dims in _ARRAY.findall(shape):
-        size = _DTYPE_BYTES.get(dtype)
-        if size is None:
-            continue
-        total += size * math.prod(int(d) for d in dims.split(",") if d)
-    return int(total)
-
-
-def _split_shape(rest: str) -> tuple[str, str]:
-    """``f32[8,4]{1,0} all-reduce(...)`` or ``(f32[..], f32[..]) op(...)`` -> (shape, remainder)."""
-    if rest.startswith("("):
-        depth = 0
-        for i, char in enumerate(rest):
-            depth += {"(": 1, ")": -1}.get(char, 0)
-            if depth == 0:
-                return rest[:i + 1], rest[i + 1:].lstrip()
-    head, _, tail = rest.partition(" ")
-    return head, tail
-
-
-def _operands(text: str) -> tuple[list[str], str]:
-    """The operand list of ``op(a, b), attrs`` (up to the matching paren) and the attributes."""
-    start = text.index("(")
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1, "{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            inner, attrs = text[start + 1:i], text[i + 1:]
-            break
-    else:
-        inner, attrs = text[start + 1:], ""
-    parts, depth, current = [], 0, ""
-    for char in inner:
-        if char == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-            continue
-        depth += {"(": 1, ")": -1, "{": 1, "}": -1, "[": 1, "]": -1}.get(char, 0)
-        current += char
-    if current.strip():
-        parts.append(current.strip())
-    return parts, attrs
-
-
-def _group_size(attrs: str, devices: int) -> int:
-    """p: the size of each replica group, in any of the spellings XLA prints."""
-    if "replica_groups=" not in attrs or "replica_groups={}" in attrs:
-        return devices                                 # one group of every partition
-    iota = re.search(r"replica_groups=\[([\d,]+)\]<=", attrs)
-    if iota:                                           # [groups,size]<=[...]
-        return int(iota.group(1).split(",")[-1])
-    explicit = re.search(r"replica_groups=\{\{([\d,]*)\}", attrs)
-    if explicit:                                       # {{0,1},{2,3}}
-        return len(explicit.group(1).split(","))
-    # mesh-axes form: replica_groups=mesh['a'=4,'b'=2][, device_ids=(...)] {'a'}
-    axes = re.search(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\((?:[^()]|\([^()]*\))*\))?"
-                     r"\s*\{([^}]*)\}", attrs)
-    if axes:
-        sizes = {name: int(size) for name, size in re.findall(r"'([^']+)'=(\d+)", axes.group(1))}
-        return math.prod(sizes[name] for name in re.findall(r"'([^']+)'", axes.group(2)))
-    raise ValueError(f"cannot read the replica groups of: {attrs.strip()[:200]}")
-
-
-def collectives(hlo_text: str, devices: int) -> list[Collective]:
-    """Every collective of an optimized HLO module, with its per-device cost."""
-    shapes: dict[str, str] = {}
-    found = []
-    for line in hlo_text.splitlines():
-        match = _INSTRUCTION.match(re.sub(r"/\*.*?\*/", "", line))   # drop /*index=5*/
-        if not match:
-            continue
-        name, rest = match.groups()
-        shape, rest = _split_shape(rest)
-        shapes[name] = shape
-        opcode = rest.split("(", 1)[0].strip()
-        kind = opcode[:-len("-start")] if opcode.endswith("-start") else opcode
-        if kind not in COLLECTIVE_KINDS:
-            continue   # (a "-done" lands here too: its "-start" was counted)
-        operands, attrs = _operands(rest)
-        operand_shapes = []
-        for operand in operands:
-            if re.search(r"\[[\d,]*\]", operand.split("%")[0]):   # inline "f32[2,8]{1,0} %x"
-                operand_shapes.append(operand.rsplit(" ", 1)[0])
-            else:
-                operand_shapes.append(shapes.get(operand.lstrip("%").split(" ")[-1], ""))
-        if kind == "collective-permute":
-            operand_shapes = operand_shapes[:1]
-        size = sum(_shape_bytes(s) for s in operand_shapes)
-        p = 1 if kind == "collective-permute" else _group_size(attrs, devices)
-        if kind == "all-reduce":
-            cost = 2 * size * (p - 1) / p
-        elif kind == "all-gather":
-            cost = size * p * (p - 1) / p          # S_out = p * S_in
-        elif kind == "reduce-scatter":
-            cost = size * (p - 1) / p
-        elif kind == "all-to-all":
-            cost = size * (p - 1) / p ** 2
-        else:
-            cost = size
-        plain = [re.sub(r"\{[\d,]*\}", "", s) for s in operand_shapes]
-        text = ", ".join(plain) if len(plain) <= 3 else f"{len(plain)} operands: " + ", ".join(
-            plain[:2]) + ", ..."
-        found.append(Collective(kind, text, p, cost))
-    return found
 
 
 # ------------------------------------------------------------------ shardings
@@ -473,6 +355,7 @@ def run_workload(workload: Workload, repeat: int, unmatched: str,
     # 3. collectives
     ours_text, xla_text = executable.compiled_text(), compiled.as_text()
     ours_found, xla_found = collectives(ours_text, mesh.size), collectives(xla_text, mesh.size)
+    ours_emitted = emitted_collectives(partitioned, mesh.size)
     if show_hlo:
         directory = pathlib.Path(show_hlo)
         directory.mkdir(parents=True, exist_ok=True)
@@ -530,7 +413,8 @@ def run_workload(workload: Workload, repeat: int, unmatched: str,
     except Exception:  # noqa: BLE001  (not every backend has it)
         xla_stats = None
 
-    return Row(workload.name, ours_found, xla_found, ours_ms=ms["ours"], xla_ms=ms["xla"],
+    return Row(workload.name, ours_found, xla_found, ours_emitted=ours_emitted,
+               ours_ms=ms["ours"], xla_ms=ms["xla"],
                ours_host_ms=ms["ours host"], xla_host_ms=ms["xla host"],
                ours_exec_ms=ms["ours exec"], xla_exec_ms=ms["xla exec"], passes=passes,
                ours_compile_ms=ours_compile_ms, xla_lower_ms=xla_lower_ms,

@@ -1,7 +1,7 @@
 """The measurement records of benchmarks/compare_xla.py and the reports made from them.
 
 Plain data and text only (no jax), so the writers can be tested on made-up
-records:
+records; the collective records and their costs are benchmarks/hlo_collectives.py's:
 
 * `print_text`: the plain-text tables compare_xla.py prints;
 * `markdown` / `write_markdown`: benchmarks/results/latest.md;
@@ -19,8 +19,9 @@ import pathlib
 import sys
 from typing import Any, Callable
 
-COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-                    "collective-permute")
+from hlo_collectives import (  # benchmarks/hlo_collectives.py, beside this module
+    COLLECTIVE_KINDS, Collective, fmt_bytes, total_bytes)
+
 SHORT = {"all-reduce": "AR", "all-gather": "AG", "reduce-scatter": "RS", "all-to-all": "A2A",
          "collective-permute": "CP"}
 LEGEND = ("AR all-reduce, AG all-gather, RS reduce-scatter, A2A all-to-all, "
@@ -30,17 +31,6 @@ MATPLOTLIB_NOTE = ("matplotlib is not installed: the chart was not drawn (the ma
 
 
 # ------------------------------------------------------------------ records
-
-
-@dataclasses.dataclass(frozen=True)
-class Collective:
-    kind: str
-    shape: str        # the per-device operand shape(s)
-    group: int        # p
-    bytes: float      # per device, DESIGN.md's cost table
-
-    def describe(self) -> str:
-        return f"{self.kind:<18} {self.shape:<34} p={self.group:<2} {fmt_bytes(self.bytes):>9}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +71,9 @@ class PassTimes:
 class Row:
     """One workload, both sides, measured in one run."""
     name: str
-    ours: list[Collective]
+    ours: list[Collective]          # counted in each side's compiled program
     xla: list[Collective]
+    ours_emitted: list[Collective]  # ours as our partitioner emitted them, before XLA compiles
     ours_ms: float                  # step: each side's public call on device arrays, median
     xla_ms: float
     ours_host_ms: float             # host: the same call handed host (NumPy) arrays, median
@@ -99,11 +90,15 @@ class Row:
 
     @property
     def ours_bytes(self) -> float:
-        return sum(c.bytes for c in self.ours)
+        return total_bytes(self.ours)
 
     @property
     def xla_bytes(self) -> float:
-        return sum(c.bytes for c in self.xla)
+        return total_bytes(self.xla)
+
+    @property
+    def ours_emitted_bytes(self) -> float:
+        return total_bytes(self.ours_emitted)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,14 +116,6 @@ class RunInfo:
 
 
 # ------------------------------------------------------------------ formatting
-
-
-def fmt_bytes(value: float) -> str:
-    if value < 1024:
-        return f"{value:.0f} B"
-    if value < 1024 ** 2:
-        return f"{value / 1024:.1f} KiB"
-    return f"{value / 1024 ** 2:.2f} MiB"
 
 
 def ratio_value(a: float | None, b: float | None) -> float | None:
@@ -176,7 +163,8 @@ def _call_cells(row: Row) -> tuple[str, ...]:
 
 
 def print_text(rows: list[Row], info: RunInfo, out: Callable[[str], None] = print) -> None:
-    header = ("workload", "coll ours", "coll XLA", "bytes ours", "bytes XLA", "bytes o/x",
+    header = ("workload", "coll ours", "coll XLA", "bytes ours", "bytes ours emitted",
+              "bytes XLA", "bytes o/x",
               "step ms ours", "step ms XLA", "step o/x", "host ms ours", "host ms XLA",
               "host o/x", "exec ms ours", "exec ms XLA", "exec o/x", "partition ms")
     table = []
@@ -185,14 +173,16 @@ def print_text(rows: list[Row], info: RunInfo, out: Callable[[str], None] = prin
                       (f"{row.ours_exec_ms:.3f}", f"{row.xla_exec_ms:.3f}",
                        ratio(row.ours_exec_ms, row.xla_exec_ms)))
         table.append((row.name, counts(row.ours), counts(row.xla), fmt_bytes(row.ours_bytes),
-                      fmt_bytes(row.xla_bytes), ratio(row.ours_bytes, row.xla_bytes),
+                      fmt_bytes(row.ours_emitted_bytes), fmt_bytes(row.xla_bytes),
+                      ratio(row.ours_bytes, row.xla_bytes),
                       *_call_cells(row), *exec_cells, f"{row.passes.pipeline:.1f}"))
     widths = [max(len(str(r[i])) for r in table + [header]) for i in range(len(header))]
     out(f"ours (stablehlo_spmd) vs XLA (jax.jit: Shardy + GSPMD partitioner), {info.devices} "
         f"{info.platform.upper()} host devices, jax {info.jax_version}, median of {info.repeat} "
         f"alternating runs, unmatched results: {info.unmatched}")
     out(f"coll: {LEGEND} (counted in the optimized HLO); bytes: per device, DESIGN.md cost "
-        "table")
+        "table; bytes ours emitted: ours counted in our partitioned StableHLO, before XLA "
+        "compiles it")
     out("step: public call (Executable.__call__ / Compiled.__call__) on arrays already on the "
         "devices; host: the same call handed NumPy arrays (placing them included); exec: both "
         "through PJRT execute_sharded; partition: ss.partition "
@@ -234,8 +224,8 @@ def print_text(rows: list[Row], info: RunInfo, out: Callable[[str], None] = prin
 
 # ------------------------------------------------------------------ markdown
 
-TABLE_HEADER = ("workload", "collectives ours", "collectives XLA", "bytes ours", "bytes XLA",
-                "bytes o/x", "step ms ours", "step ms XLA", "step o/x", "host ms ours",
+TABLE_HEADER = ("workload", "collectives ours", "collectives XLA", "bytes ours",
+                "bytes ours as emitted", "bytes XLA", "bytes o/x", "step ms ours", "step ms XLA", "step o/x", "host ms ours",
                 "host ms XLA", "host o/x", "exec o/x",
                 "memory ours", "memory XLA", "ours ms: annotate / propagate / partition",
                 "ours compile ms", "XLA ms: lower / compile")
@@ -248,7 +238,8 @@ def table_rows(rows: list[Row]) -> list[tuple[str, ...]]:
         p = row.passes
         cells.append((
             row.name, counts(row.ours), counts(row.xla), fmt_bytes(row.ours_bytes),
-            fmt_bytes(row.xla_bytes), ratio(row.ours_bytes, row.xla_bytes),
+            fmt_bytes(row.ours_emitted_bytes), fmt_bytes(row.xla_bytes),
+            ratio(row.ours_bytes, row.xla_bytes),
             *_call_cells(row), ratio(row.ours_exec_ms, row.xla_exec_ms),
             _memory_total(row.ours_memory), _memory_total(row.xla_memory),
             f"{p.annotate:.1f} / {p.propagate:.1f} / {p.partition:.1f}",
@@ -286,7 +277,9 @@ def markdown(rows: list[Row], info: RunInfo, chart: str | None = "latest.png") -
         "",
         f"Collectives ({LEGEND}) are counted in each optimized HLO; bytes are per device by "
         "DESIGN.md's cost table; o/x is ours / XLA (below 1.0: ours moves less or runs "
-        "faster). step is each side's public call on arrays already on the devices, host the "
+        "faster). `bytes ours as emitted` counts ours in our partitioned StableHLO, before "
+        "XLA compiles it: where it differs from `bytes ours`, XLA's backend combined, split or "
+        "added collectives. step is each side's public call on arrays already on the devices, host the "
         "same call handed NumPy arrays (cutting them into shards and placing those "
         "included), exec both programs through the same PJRT `execute_sharded` call. memory "
         "is the per-device total (arguments + outputs + temp - aliased) of each compiled "

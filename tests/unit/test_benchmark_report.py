@@ -11,12 +11,17 @@ _PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "report.py"
 
 @pytest.fixture(scope="module")
 def report():
+    sys.path.insert(0, str(_PATH.parent))   # report.py imports hlo_collectives beside it
     spec = importlib.util.spec_from_file_location("benchmark_report", _PATH)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module    # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+        sys.modules.pop("hlo_collectives", None)
+        sys.path.remove(str(_PATH.parent))
 
 
 def _rows(report):
@@ -28,6 +33,8 @@ def _rows(report):
                   C("reduce-scatter", "f32[16,32]", 8, 1792.0)],
             xla=[C("all-reduce", "f32[8]", 8, 56.0), C("all-gather", "f32[2,32]", 8, 1792.0),
                  C("all-gather", "f32[2,32]", 8, 1792.0), C("all-to-all", "f32[8,8]", 8, 28.0)],
+            ours_emitted=[C("all-reduce", "f32[8]", 8, 56.0),
+                          C("all-gather", "f32[2,32]", 8, 1792.0)],
             ours_ms=1.5, xla_ms=2.0, ours_host_ms=3.0, xla_host_ms=2.4, ours_exec_ms=1.4,
             xla_exec_ms=2.0,
             passes=P(annotate=1.31, propagate=7.5, partition=12.0, pipeline=23.1),
@@ -35,7 +42,7 @@ def _rows(report):
             ours_memory=M(2048, 512, 1024, 0), xla_memory=M(2048, 512, 3072, 512),
             max_error=1e-7),
         report.Row(
-            "no-collectives", ours=[], xla=[], ours_ms=0.3, xla_ms=0.3, ours_host_ms=0.25,
+            "no-collectives", ours=[], xla=[], ours_emitted=[], ours_ms=0.3, xla_ms=0.3, ours_host_ms=0.25,
             xla_host_ms=0.5, ours_exec_ms=None, xla_exec_ms=None, passes=P(0.5, 0.5, 1.0, 3.0),
             ours_compile_ms=10.0, xla_lower_ms=2.0, xla_compile_ms=9.0, ours_memory=None,
             xla_memory=M(64, 64, 0), max_error=0.0),
@@ -65,6 +72,7 @@ def test_markdown_header_table_and_collective_lists(report):
     assert cells["collectives ours"] == "1AR 1AG 1RS"
     assert cells["collectives XLA"] == "1AR 2AG 1A2A"
     assert cells["bytes ours"] == "3.6 KiB" and cells["bytes XLA"] == "3.6 KiB"
+    assert cells["bytes ours as emitted"] == "1.8 KiB"          # 56 + 1792 = 1848 B
     assert cells["bytes o/x"] == f"{3640 / 3668:.2f}"
     assert cells["step o/x"] == "0.75" and cells["exec o/x"] == "0.70"
     assert cells["host ms ours"] == "3.000" and cells["host ms XLA"] == "2.400"
@@ -76,6 +84,7 @@ def test_markdown_header_table_and_collective_lists(report):
 
     empty = dict(zip(header, _table_line(text, "no-collectives")))
     assert empty["collectives ours"] == "none" and empty["bytes o/x"] == "="
+    assert empty["bytes ours as emitted"] == "0 B"
     assert empty["exec o/x"] == "n/a" and empty["memory ours"] == "n/a"
     assert empty["host o/x"] == "0.50"
 
@@ -98,6 +107,8 @@ def test_printed_table_has_step_host_and_exec_columns(report):
                         (c.strip() for c in line.split("|"))))
 
     row = cells("fsdp-step")
+    assert (row["bytes ours"], row["bytes ours emitted"], row["bytes XLA"]) == (
+        "3.6 KiB", "1.8 KiB", "3.6 KiB")
     assert (row["step ms ours"], row["step ms XLA"], row["step o/x"]) == ("1.500", "2.000", "0.75")
     assert (row["host ms ours"], row["host ms XLA"], row["host o/x"]) == ("3.000", "2.400", "1.25")
     assert (row["exec ms ours"], row["exec ms XLA"], row["exec o/x"]) == ("1.400", "2.000", "0.70")
