@@ -4,8 +4,10 @@ A gather runs on each device's indices (index-parallel: indices split on
 their batch dims) and each device's columns of the operand (pass-through
 dims split), and, where the operand is split on an indexed dim, as a
 masked local gather (embedding lookups, ``take_along_axis`` on a split
-vocabulary).  Scatter-adds into an operand split on indexed dims (the
-embedding gradient) are local scatter-adds.  Other shapes decline and run
+vocabulary).  Scatters into an operand split on pass-through dims or on
+indexed dims (the embedding gradient, ``x.at[i].set(v)`` on split rows)
+are local scatters; scatter-adds, -maxes and -mins of updates split along
+their scatter dims leave partial results.  Other shapes decline and run
 replicated.
 """
 
@@ -16,7 +18,7 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.module_shardings import MHLO_SHARDING
-from stablehlo_spmd.op_rules import FactorKind, UnreducedFlow
+from stablehlo_spmd.op_rules import FactorKind
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import Plan, rule_plan, strategy
 from stablehlo_spmd.shapes import int_constant, local_type, shape_of, zeros
@@ -135,11 +137,10 @@ def _zero_outside(mask: ir.Value, gathered: ir.Value, vector_dim: int, numbers) 
 
 
 def _scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
-    """The rule's plan for a scatter-add, when no split operand dim is one
-    the updates index into a window of (only whole-row indexed dims)."""
-    rule = op_rules.rule_for(op)
-    if rule is None or len(op.results) != 1 or rule.reduction != "sum" \
-            or rule.unreduced is UnreducedFlow.NONE:
+    """The rule's plan, when every split operand dim is one a local scatter
+    can serve: a pass-through dim the updates cover whole, a batching dim, or
+    an indexed dim the updates are inserted into (one row per index)."""
+    if op_rules.rule_for(op) is None:
         return None
     plan = rule_plan(p, op, reduction_first=True)
     numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
@@ -156,23 +157,28 @@ def _scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
 @strategy("stablehlo.scatter", plan=_scatter_plan)
 def emit_scatter(p: Partitioner, op: ir.Operation, plan: Plan, operands):
-    """A scatter-add per device: into the device's columns of an operand
-    split on pass-through dims, from its share of updates split along their
-    scatter dims, and into its rows of an operand split on indexed dims.
+    """A scatter per device: into the device's columns of operands split on
+    pass-through dims, from its share of updates split along their scatter
+    dims (scatter-add, -max, -min), and into its rows of operands split on
+    indexed dims.  This is GSPMD's scatter handling (pass-through operand,
+    index-parallel updates, operand split on trivially sliced dims), none of
+    which moves data before the scatter.
 
     Indices are shifted into the device's shard; an update whose index
     falls outside it is out of bounds there, and scatter skips those (no
-    mask needed).  Updates split along their scatter dims leave partial
-    sums, so the operand is counted on one device of those axes only.
-    Other scatters take the default strategies.
+    mask needed), so an overwriting scatter needs no more than an adding
+    one.  Updates split along their scatter dims leave partial results
+    combined by the body's reduction: for a sum the operand is counted on
+    one device of those axes only; max and min may see it on every device.
     """
+    count = len(op.results)
     numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
     index_map = list(numbers.scattered_dims_to_operand_dims)
     batching = set(numbers.input_batching_dims)
     vector_dim = numbers.index_vector_dim
-    operand_shape, indices_shape = shape_of(op.operands[0]), shape_of(op.operands[1])
+    operand_shape, indices_shape = shape_of(op.operands[0]), shape_of(op.operands[count])
     operand_layout = plan.required[0]
-    local_operand, local_indices, local_updates = operands
+    local_operands, local_indices = list(operands[:count]), operands[count]
     local_operand_shape = operand_layout.shard_shape(operand_shape)
     element = local_indices.type.element_type
     shifts = [bool(operand_layout.dim_axes[dim]) and dim not in batching for dim in index_map]
@@ -193,16 +199,17 @@ def emit_scatter(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     if shifted:
         local_indices = (hlo.ConcatenateOp(components, vector_dim).result
                          if vector_dim < len(indices_shape) else components[0])
-    if partial_axes and not operand_layout.unreduced:
+    if partial_axes and rule.reduction == "sum" and not operand_layout.unreduced:
         index = p.emitter.axis_index(partial_axes)
         first = hlo.CompareOp(index, zeros(index.type),
                               hlo.ComparisonDirectionAttr.get("EQ")).result
-        nothing = zeros(local_operand.type)
+        nothing = zeros(local_operands[0].type)
         keep = hlo.BroadcastInDimOp(ir.RankedTensorType.get(
-            list(local_operand.type.shape), first.type.element_type), first, []).result
-        local_operand = hlo.SelectOp(keep, local_operand, nothing).result
-    result_type = local_type(op.results[0].type, plan.produced[0])
-    return p.create(op, [local_operand, local_indices, local_updates], [result_type]).results
+            list(local_operands[0].type.shape), first.type.element_type), first, []).result
+        local_operands[0] = hlo.SelectOp(keep, local_operands[0], nothing).result
+    result_types = [local_type(r.type, s) for r, s in zip(op.results, plan.produced)]
+    return p.create(op, [*local_operands, local_indices, *operands[count + 1:]],
+                    result_types).results
 
 
 def index_component(indices: ir.Value, vector_dim: int, k: int) -> ir.Value:

@@ -104,3 +104,76 @@ def test_scatter_add_strategies(table_spec, updates_spec, expected_all_reduces):
                       "data=4,model=2", [(r"^table$", table_spec), (r"^updates$", updates_spec),
                                          (r"^result$", table_spec)])
     assert counts == {**NOTHING, "all_reduce": expected_all_reduces}
+
+
+def _unique_ids(high, count):
+    return jnp.asarray(np.random.default_rng(high + count).permutation(high)[:count], jnp.int32)
+
+
+@pytest.mark.parametrize("combine", ["set", "max", "min", "add"])
+@pytest.mark.parametrize("table_spec, updates_spec", [
+    # Rows split: each device applies the updates that land in its rows
+    # (the others are out of bounds there and skipped).
+    (("model", None), (None, None)),
+    # Columns split, updates alike: each device its own columns.
+    ((None, "model"), (None, "model")),
+    # Both, on a 2-D mesh.
+    (("data", "model"), (None, "model")),
+])
+def test_scatters_into_a_split_table_move_nothing(combine, table_spec, updates_spec):
+    # GSPMD's scatter on trivially sliced (row) dims and pass-through
+    # (column) dims: no collective for any combiner, overwrite included.
+    def scatter(table, ids, updates):
+        return getattr(table.at[ids], combine)(updates)
+
+    counts = _compare(scatter, (_random(32, 16), _unique_ids(32, 8), _random(8, 16)),
+                      "data=2,model=4", [(r"^table$", table_spec), (r"^ids$", (None,)),
+                                         (r"^updates$", updates_spec),
+                                         (r"^result$", table_spec)])
+    assert counts == NOTHING
+
+
+@pytest.mark.parametrize("combine", ["max", "min"])
+def test_scatter_max_of_updates_split_on_batch_combines_once(combine):
+    # Each device scatters its share of the updates into the whole table;
+    # the partial results combine by the body's own max or min, and the
+    # table may count on every device (max(t, t) = t).
+    def scatter(table, ids, updates):
+        return getattr(table.at[ids], combine)(updates)
+
+    counts = _compare(scatter, (_random(32, 16), _ids(32, 8), _random(8, 16)), "data=8", [
+        (r"^table$", (None, None)), (r"^ids$", ("data",)), (r"^updates$", ("data", None)),
+        (r"^result$", (None, None))])
+    assert counts == {**NOTHING, "all_reduce": 1}
+
+
+def test_variadic_overwriting_scatter_into_split_rows_moves_nothing():
+    # Two tables updated by one scatter (each keeps the new value), both
+    # split on rows: one local scatter shifts the shared indices for both.
+    text = """
+    module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+      func.func @main(%a: tensor<16x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                      %b: tensor<16x8xi32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                      %i: tensor<3x1xi32>, %u: tensor<3x8xf32>, %v: tensor<3x8xi32>)
+          -> (tensor<16x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+              tensor<16x8xi32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+        %0:2 = "stablehlo.scatter"(%a, %b, %i, %u, %v) <{scatter_dimension_numbers =
+            #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0],
+            scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, unique_indices = true}> ({
+        ^bb0(%a0: tensor<f32>, %b0: tensor<i32>, %u0: tensor<f32>, %v0: tensor<i32>):
+          stablehlo.return %u0, %v0 : tensor<f32>, tensor<i32>
+        }) : (tensor<16x8xf32>, tensor<16x8xi32>, tensor<3x1xi32>, tensor<3x8xf32>,
+              tensor<3x8xi32>) -> (tensor<16x8xf32>, tensor<16x8xi32>)
+        return %0#0, %0#1 : tensor<16x8xf32>, tensor<16x8xi32>
+      }
+    }"""
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal((16, 8)).astype(np.float32),
+            rng.integers(0, 9, (16, 8)).astype(np.int32), np.array([[13], [2], [7]], np.int32),
+            rng.standard_normal((3, 8)).astype(np.float32),
+            rng.integers(0, 9, (3, 8)).astype(np.int32)]
+    partitioned = ss.partition(text)
+    for got, want in zip(ss.run(partitioned, args), ss.run_single_device(text, args)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert not re.findall(r'"stablehlo\.(all_\w+|collective_permute)"', partitioned)
+    assert partitioned.count('"stablehlo.scatter"') == 1

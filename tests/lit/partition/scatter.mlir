@@ -1,0 +1,57 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate --spmd-partition | FileCheck %s
+
+// An overwriting scatter (x.at[i].set(u)) into a table split on its rows,
+// the indices and updates whole: device k shifts each index by its first
+// row (4k) and scatters into its own 4 rows; an index outside them is out
+// of bounds there and skipped.  Nothing moves (XLA does the same).
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[T:arg[0-9]+]]: tensor<4x8xf32>, %[[I:arg[0-9]+]]: tensor<3x1xi32>, %[[U:arg[0-9]+]]: tensor<3x8xf32>) {
+// CHECK: %[[ROWS:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[FIRST:.*]] = stablehlo.multiply %{{.*}}, %[[ROWS]] : tensor<i32>
+// CHECK-NEXT: %[[FIRSTS:.*]] = stablehlo.broadcast_in_dim %[[FIRST]], dims = [] : (tensor<i32>) -> tensor<3x1xi32>
+// CHECK-NEXT: %[[SHIFTED:.*]] = stablehlo.subtract %{{.*}}, %[[FIRSTS]] : tensor<3x1xi32>
+// CHECK-NEXT: %[[IDX:.*]] = stablehlo.concatenate %[[SHIFTED]], dim = 1
+// CHECK-NEXT: %[[S:.*]] = "stablehlo.scatter"(%[[T]], %[[IDX]], %[[U]])
+// CHECK: }) : (tensor<4x8xf32>, tensor<3x1xi32>, tensor<3x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: sdy.return %[[S]] : tensor<4x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @set_rows(%t: tensor<16x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                      %i: tensor<3x1xi32> {mhlo.sharding = "{replicated}"},
+                      %u: tensor<3x8xf32> {mhlo.sharding = "{replicated}"})
+      -> (tensor<16x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = "stablehlo.scatter"(%t, %i, %u) <{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
+    ^bb0(%old: tensor<f32>, %new: tensor<f32>):
+      stablehlo.return %new : tensor<f32>
+    }) : (tensor<16x8xf32>, tensor<3x1xi32>, tensor<3x8xf32>) -> tensor<16x8xf32>
+    return %0 : tensor<16x8xf32>
+  }
+}
+
+// -----
+
+// A scatter-max of updates split on their scatter dim into a whole table:
+// each device scatters its one update into the table, and the partial
+// results are combined by an all_reduce with the body's own maximum.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[T:arg[0-9]+]]: tensor<16x8xf32>, %[[I:arg[0-9]+]]: tensor<1x1xi32>, %[[U:arg[0-9]+]]: tensor<1x8xf32>) {
+// CHECK-NEXT: %[[S:.*]] = "stablehlo.scatter"(%[[T]], %[[I]], %[[U]])
+// CHECK: }) : (tensor<16x8xf32>, tensor<1x1xi32>, tensor<1x8xf32>) -> tensor<16x8xf32>
+// CHECK-NEXT: %[[R:.*]] = "stablehlo.all_reduce"(%[[S]])
+// CHECK: stablehlo.maximum
+// CHECK: }) : (tensor<16x8xf32>) -> tensor<16x8xf32>
+// CHECK-NEXT: sdy.return %[[R]] : tensor<16x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @max_of_split_updates(%t: tensor<16x8xf32> {mhlo.sharding = "{replicated}"},
+                      %i: tensor<4x1xi32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                      %u: tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<16x8xf32> {mhlo.sharding = "{replicated}"}) {
+    %0 = "stablehlo.scatter"(%t, %i, %u) <{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
+    ^bb0(%old: tensor<f32>, %new: tensor<f32>):
+      %m = stablehlo.maximum %old, %new : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+    }) : (tensor<16x8xf32>, tensor<4x1xi32>, tensor<4x8xf32>) -> tensor<16x8xf32>
+    return %0 : tensor<16x8xf32>
+  }
+}
