@@ -1,4 +1,15 @@
-"""Ordering ops along a sharded dimension: a distributed top-k.
+"""Ordering ops along a sharded dimension: sort and a distributed top-k.
+
+`stablehlo.sort` orders along one dim, which its op rule marks
+NEED_REPLICATION: the rule-driven path gathers that dim whole on every
+device.  When the operands come split along the sorted dim, the split can
+instead move to another dim (an all-to-all, which moves 1/p of what the
+gather would), each device sorts its whole rows, and the results move back
+where propagation wants them.  This is GSPMD's sort handler (it moves the
+sort dim's tiles to a free dim when one divides); here every dim that
+divides is priced with the reshard planner, the gather too, and the
+cheapest plan wins, so a sort whose result is wanted whole keeps the single
+gather.
 
 `chlo.top_k` (what `jax.lax.top_k` lowers to; another `axis` is a transpose
 around it) selects along its last dim, which the op rule marks
@@ -17,10 +28,64 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd import op_rules
+from stablehlo_spmd.op_rules import FactorKind
 from stablehlo_spmd.partitioning.partitioner import Partitioner
-from stablehlo_spmd.partitioning.strategy import Plan, factor_axes, layout, strategy
+from stablehlo_spmd.partitioning.strategy import (
+    RULE_DRIVEN, Plan, _reshard_bytes, factor_axes, layout, plan_from_axes, rule_plan,
+    strategy)
 from stablehlo_spmd.shapes import shape_of
 from stablehlo_spmd.sharding import Sharding
+
+
+def _sort_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+    """Sort with the sorted dim's axes moved onto another dim, when some dim
+    takes them evenly and that moves fewer bytes than gathering the sorted
+    dim; None (the rule's plan, gathering it) otherwise.
+
+    A result nobody reads (the sorted keys of an argsort) is left where the
+    local sort puts it: moving it would be priced, and emitted, for nothing.
+    """
+    by_rule = rule_plan(p, op)
+    if by_rule is None:
+        return None
+    rule = by_rule.rule
+    (sorted_factor,) = [f for f, kind in enumerate(rule.factor_kinds)
+                        if kind is FactorKind.NEED_REPLICATION]
+    sorted_dim = next(d for d, factors in enumerate(rule.operands[0]) if sorted_factor in factors)
+    used = {a for axes in by_rule.axes for a in axes}
+    moving = tuple(dict.fromkeys(
+        a for operand in op.operands if p.shardings.get(operand) is not None
+        for a in p.shardings[operand].dim_axes[sorted_dim] if a not in used))
+    if not moving:
+        return None
+    best, best_bytes = None, _reshard_bytes(p, op, _unread_results_stay(op, by_rule))
+    for factor, size in enumerate(rule.factor_sizes):
+        if factor == sorted_factor:
+            continue
+        axes = list(by_rule.axes)
+        axes[factor] = axes[factor] + moving
+        if size % p.mesh.axes_size(axes[factor]):
+            continue
+        plan = _unread_results_stay(op, plan_from_axes(p, op, rule, by_rule.wanted, axes))
+        # The sorted dim is moved whole by an all-to-all, not gathered:
+        # nothing to report.
+        plan.gathered = plan.gathered - {sorted_factor}
+        cost = _reshard_bytes(p, op, plan)
+        if cost < best_bytes:
+            best, best_bytes = plan, cost
+    return best
+
+
+def _unread_results_stay(op: ir.Operation, plan: Plan) -> Plan:
+    """`plan`, with each result that has no use wanted as it is produced."""
+    plan.wanted = [produced if not any(True for _ in result.uses) else wanted
+                   for result, produced, wanted in zip(op.results, plan.produced, plan.wanted)]
+    return plan
+
+
+# Emitted as the rule-driven default is: the same sort on per-device types
+# (the sorted dim is whole on every device either way).
+strategy("stablehlo.sort", plan=_sort_plan)(RULE_DRIVEN.emit_local)
 
 
 def _top_k_plan(p: Partitioner, op: ir.Operation) -> Plan | None:

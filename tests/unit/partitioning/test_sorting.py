@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import stablehlo_spmd as ss
+from .single_device import partition_and_check
 
 _ALL_GATHER = re.compile(r'"stablehlo\.all_gather".* : \((tensor<[^>]*>)\) -> (tensor<[^>]*>)')
 
@@ -24,14 +24,7 @@ def _top_k(k, axis=-1):
 
 
 def _partition_and_compare(fn, x, mesh, spec):
-    text = ss.export(fn, x)
-    partitioned = ss.partition(text, mesh, [(r"^x$", spec)])
-    got = ss.run(partitioned, [x])
-    want = ss.run_single_device(text, [x])
-    assert len(got) == len(want) == 2
-    for name, g, w in zip(("values", "indices"), got, want):
-        np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
-    return partitioned
+    return partition_and_check(fn, (x,), mesh, [(r"^x$", spec)])
 
 
 def _gathers(partitioned):
@@ -112,3 +105,58 @@ def test_batch_sharded_top_k_runs_locally():
     partitioned = _partition_and_compare(_top_k(3), x, "x=8", ("x", None))
     assert "chlo.top_k(%arg1, k = 3) : tensor<2x12xf32>" in partitioned
     assert not _gathers(partitioned)
+
+
+# ----------------------------------------------------------------- sort
+
+_COLLECTIVE = re.compile(r'"stablehlo\.(all_gather|all_to_all|all_reduce|collective_permute)"')
+
+
+def _sort_and_compare(fn, args, mesh, rules):
+    """The collectives of the partitioned sort, checked against one device."""
+    return sorted(_COLLECTIVE.findall(partition_and_check(fn, args, mesh, rules)))
+
+
+def test_sort_along_a_split_dim_moves_the_split_to_another_dim():
+    # Columns split 8 ways; each device sorts 8 whole rows after one
+    # all_to_all and sends the columns back with another: nothing gathered.
+    x = _rng(10).standard_normal((64, 128)).astype(np.float32)
+    found = _sort_and_compare(lambda x: jnp.sort(x, axis=1), (x,), "x=8",
+                              [(r"^x$", (None, "x")), (r"^result$", (None, "x"))])
+    assert found == ["all_to_all", "all_to_all"]
+
+
+def test_argsort_sorts_keys_and_their_positions_together():
+    # argsort sorts (x, iota) pairs and returns the sorted iota: x goes to
+    # the row split by an all_to_all (the iota, whole on every device, is
+    # sliced there), and only the positions come back; the sorted keys,
+    # read by nothing, are not moved.  Ties (few distinct values) must keep
+    # the single-device order.
+    x = _rng(11).integers(0, 4, (16, 64)).astype(np.float32)
+    found = _sort_and_compare(lambda x: jnp.argsort(x, axis=1, stable=True), (x,), "x=4",
+                              [(r"^x$", (None, "x")), (r"^result$", (None, "x"))])
+    assert found == ["all_to_all", "all_to_all"]
+
+
+def test_sort_on_a_two_axis_mesh_moves_only_the_sorted_dims_axis():
+    x = _rng(12).standard_normal((16, 32)).astype(np.float32)
+    found = _sort_and_compare(lambda x: jnp.sort(x, axis=1), (x,), "a=2,b=4",
+                              [(r"^x$", ("a", "b")), (r"^result$", ("a", "b"))])
+    assert found == ["all_to_all", "all_to_all"]
+
+
+def test_sort_wanted_whole_gathers_once():
+    # Moving the split would still leave the sorted rows to gather: the
+    # cheaper plan is one all_gather of the operand.
+    x = _rng(13).standard_normal((64, 16)).astype(np.float32)
+    found = _sort_and_compare(lambda x: jnp.sort(x, axis=0), (x,), "x=8",
+                              [(r"^x$", ("x", None)), (r"^result$", (None, None))])
+    assert found == ["all_gather"]
+
+
+def test_sort_with_no_dim_to_move_the_split_to_gathers_it():
+    x = _rng(14).standard_normal((3, 64)).astype(np.float32)
+    found = _sort_and_compare(lambda x: jnp.sort(x, axis=1), (x,), "x=8",
+                              [(r"^x$", (None, "x")), (r"^result$", (None, "x"))])
+    assert found == ["all_gather"]
+
