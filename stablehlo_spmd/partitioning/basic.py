@@ -2,8 +2,10 @@
 the sharding constraints that only say where a value should live.
 
 * A splat constant is the same splat on the per-device type: no data moves.
-* Any other constant, and iota, are built whole on every device and sliced
-  to the result's sharding (the driver's `settle`).
+* An iota is the iota of the per-device block plus the block's offset
+  along the counting dim: nothing is built whole, nothing moves.
+* Any other constant is built whole on every device and sliced to the
+  result's sharding (the driver's `settle`).
 * ``custom_call @Sharding`` (a constraint) forwards its operand as it is
   and lets `settle` move it to the constrained sharding: this is where a
   marked reshard's all-reduce or reduce-scatter is emitted.
@@ -12,11 +14,12 @@ the sharding constraints that only say where a value should live.
 from __future__ import annotations
 
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd.module_shardings import is_sharding_constraint
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import Plan, strategy
-from stablehlo_spmd.shapes import local_type, shape_of
+from stablehlo_spmd.shapes import int_constant, local_type, shape_of
 from stablehlo_spmd.sharding import Sharding
 
 
@@ -31,19 +34,42 @@ def _splat(op: ir.Operation) -> ir.DenseElementsAttr | None:
 
 def _made_plan(p: Partitioner, op: ir.Operation) -> Plan:
     target = p.result_shardings(op)[0]
-    made = target if _splat(op) is not None else Sharding.replicated(
-        p.mesh, len(shape_of(op.results[0])))
+    local = _splat(op) is not None or op.name == "stablehlo.iota"
+    made = target.reduced() if local else Sharding.replicated(p.mesh, len(shape_of(op.results[0])))
     return Plan([target], [], [made])
 
 
 @strategy("stablehlo.constant", "stablehlo.iota", plan=_made_plan)
 def emit_made(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+    if op.name == "stablehlo.iota":
+        return [_local_iota(p, op, plan.produced[0])]
     splat = _splat(op)
     if splat is None:
         return p.create(op, [], [op.results[0].type]).results
     shard_type = local_type(op.results[0].type, plan.produced[0])
     value = ir.DenseElementsAttr.get_splat(shard_type, splat.get_splat_value())
     return ir.Operation.create(op.name, results=[shard_type], attributes={"value": value}).results
+
+
+def _local_iota(p: Partitioner, op: ir.Operation, layout: Sharding) -> ir.Value:
+    """This device's block of the iota: the iota of the block's shape, plus,
+    where the counting dim is split, the block's first index along it (the
+    device's coordinate over that dim's axes times the block size).  GSPMD
+    does the same; an uneven last block counts on into its padding, which
+    nothing reads unmasked."""
+    dim = ir.IntegerAttr(op.attributes["iota_dimension"]).value
+    result_type = ir.RankedTensorType(op.results[0].type)
+    shard_type = local_type(result_type, layout)
+    local = p.create(op, [], [shard_type]).results[0]
+    axes = layout.dim_axes[dim]
+    if not axes:
+        return local
+    coordinate = p.emitter.axis_index(axes)
+    start = hlo.MulOp(coordinate, int_constant(shard_type.shape[dim], coordinate.type)).result
+    scalar_type = ir.RankedTensorType.get([], result_type.element_type)
+    if start.type != scalar_type:
+        start = hlo.ConvertOp(scalar_type, start).result
+    return hlo.AddOp(local, hlo.BroadcastInDimOp(shard_type, start, []).result).result
 
 
 def _constraint_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
