@@ -74,13 +74,16 @@ described by ``jax.result_info`` when present.  When the module donates
 arguments (``tf.aliasing_output``, ``jax.buffer_donor``) the caller's jax
 arrays are copied first, so running never deletes them.  64-bit arguments
 stay 64-bit whatever jax's x64 flag says.  An argument or result XLA split
-unevenly (the GSPMD spelling allows it) cannot be a ``jax.Array``: calling
-such an executable is refused with a message naming it.
+unevenly (XLA's own layout for a dimension its shards do not divide: ceil-
+sized shards, the last ones padded) is handed over as such shards: a host
+value is padded and cut on the host, and a result is cut back to its shape
+after the call, where jax, which holds no uneven ``jax.Array``, gathers it.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -447,6 +450,32 @@ def _quiet_backend_start() -> None:
         pass
 
 
+@contextlib.contextmanager
+def _gspmd_notice_off(uses_shardy: bool):
+    """Keep XLA's notice that GSPMD propagation will be deprecated off stderr.
+
+    XLA logs it (a C++ warning) on every compile of a module in GSPMD's
+    spelling, which spmd-partition writes on purpose where a boundary value
+    does not divide (`partitioning.skeleton`); the module is fully manual,
+    so nothing is propagated and the notice tells the user nothing.  A log
+    level the user chose is left alone.
+    """
+    if uses_shardy or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1") != "1":
+        yield
+        return
+    try:
+        from jax._src.lib import utils
+        set_level = utils.absl_set_min_log_level
+    except (ImportError, AttributeError):
+        yield
+        return
+    set_level(2)
+    try:
+        yield
+    finally:
+        set_level(1)
+
+
 def _pick_devices(n: int, devices: Sequence[Any] | None) -> list:
     import jax
 
@@ -548,30 +577,35 @@ class Executable:
         options = _compile_options(self.num_partitions, list(self.devices), info.uses_shardy)
         client = self.devices[0].client
         try:
-            self._loaded = client.compile_and_load(
-                info.bytecode, xc.DeviceList(self.devices), options)
+            with _gspmd_notice_off(info.uses_shardy):
+                self._loaded = client.compile_and_load(
+                    info.bytecode, xc.DeviceList(self.devices), options)
         except jax.errors.JaxRuntimeError as error:
             raise RuntimeCompileError(f"XLA cannot compile the module: {_first_lines(error)}",
                                       filename) from None
         in_hlo = _hlo_shardings(self._loaded.get_parameter_shardings(), len(self.arguments))
         out_hlo = _hlo_shardings(self._loaded.get_output_shardings(), len(self.results))
-        self.in_shardings = tuple(self._jax_sharding(h, t.shape)
-                                  for h, t in zip(in_hlo, self.arguments))
-        self.out_shardings = tuple(self._jax_sharding(h, t.shape)
-                                   for h, t in zip(out_hlo, self.results))
+        # A value XLA splits unevenly is held as its ceil-sized shards, the last
+        # ones padded: on the jax side it is the padded global array, which
+        # splits evenly (see `_HostTransfer` and `_output_handler`).
+        self._padded_in = [_whole_shards_shape(h, t.shape) for h, t in zip(in_hlo, self.arguments)]
+        self._padded_out = [_whole_shards_shape(h, t.shape) for h, t in zip(out_hlo, self.results)]
+        self.in_shardings = tuple(self._jax_sharding(h, padded or t.shape)
+                                  for h, t, padded in zip(in_hlo, self.arguments, self._padded_in))
+        self.out_shardings = tuple(self._jax_sharding(h, padded or t.shape)
+                                   for h, t, padded in zip(out_hlo, self.results, self._padded_out))
         # The executable takes each argument's shards in its own device order; a mesh with
         # device_ids lists them in another, so such arguments are handed over in XLA's terms.
         self._call_shardings = tuple(self._in_executable_order(s, h)
                                      for s, h in zip(self.in_shardings, in_hlo))
-        self._uneven = _uneven_boundary(self.arguments + self.results,
-                                        self._call_shardings + self.out_shardings)
-        if self._uneven is None:
-            self._host_transfers = tuple(_HostTransfer(argument, sharding, self.devices)
-                                         for argument, sharding in zip(self.arguments,
-                                                                       self._call_shardings))
-            self._output_handlers = [_output_handler(result, sharding, self.devices)
-                                     for result, sharding in zip(self.results,
-                                                                 self.out_shardings)]
+        self._host_transfers = tuple(
+            _HostTransfer(argument, sharding, self.devices, padded)
+            for argument, sharding, padded in zip(self.arguments, self._call_shardings,
+                                                  self._padded_in))
+        self._output_handlers = [
+            _output_handler(result, sharding, self.devices, hlo, padded)
+            for result, sharding, hlo, padded in zip(self.results, self.out_shardings, out_hlo,
+                                                     self._padded_out)]
 
     # ------------------------------------------------------------ shardings
 
@@ -634,8 +668,6 @@ class Executable:
         """
         import jax
 
-        if self._uneven is not None:
-            raise RuntimeCompileError(self._uneven, self.filename)
         if len(inputs) != len(self.arguments):
             listed = ", ".join(a.describe() for a in self.arguments) or "none"
             raise RuntimeInputError(
@@ -644,6 +676,12 @@ class Executable:
         placed = []
         for value, argument, transfer in zip(inputs, self.arguments, self._host_transfers):
             sharding = transfer.sharding
+            if transfer.padding is not None:
+                # Held padded (see __init__): a jax.Array cannot be split unevenly, so
+                # the value is padded on the host and cut into the padded shards.
+                value = _checked_value(value, argument, self.filename)
+                placed.append(transfer(np.asarray(value)))
+                continue
             # The common steady-state call: a jax.Array already laid out as the
             # executable wants it, checked with three cheap comparisons.
             if (not self._donates and isinstance(value, jax.Array)
@@ -691,24 +729,83 @@ class _HostTransfer:
     64-bit value must not be narrowed the way jax narrows it when x64 is off.
     """
 
-    def __init__(self, argument: TensorInfo, sharding, devices: tuple):
+    def __init__(self, argument: TensorInfo, sharding, devices: tuple,
+                 padded: tuple[int, ...] | None = None):
         import jax
 
         self.sharding = sharding
-        self._aval = jax.core.ShapedArray(argument.shape, argument.dtype)
+        shape = padded or argument.shape
+        # An argument XLA splits unevenly is padded to whole shards first.
+        self.padding = None if padded is None else [
+            (0, whole - size) for whole, size in zip(padded, argument.shape)]
+        self._aval = jax.core.ShapedArray(shape, argument.dtype)
         self._devices = list(devices)
-        by_device = sharding.devices_indices_map(argument.shape)
+        by_device = sharding.devices_indices_map(shape)
         self._slices = [by_device[device] for device in devices]
 
     def __call__(self, value: np.ndarray):
         from jaxlib import xla_client as xc
 
+        if self.padding is not None:
+            value = np.pad(value, self.padding)
         return xc.batched_device_put(self._aval, self.sharding,
                                      [value[where] for where in self._slices], self._devices,
                                      True, enable_x64=True)
 
 
-def _output_handler(result: TensorInfo, sharding, devices: tuple):
+def _output_handler(result: TensorInfo, sharding, devices: tuple, hlo=None,
+                    padded: tuple[int, ...] | None = None):
+    """What builds one result's global array from its per-device buffers
+    (see `_array_handler`).
+
+    A result XLA split unevenly comes back as each device's ceil-sized shard
+    (PJRT may already have cut the padding off one that holds none of the
+    value): a jax.Array cannot be split unevenly, so the shards, cut to
+    their blocks, are put together on the host and handed back replicated on
+    the devices (outside the compiled program, which keeps them in place).
+    """
+    if padded is None:
+        return _array_handler(result, sharding, devices)
+    import jax
+
+    where = _uneven_blocks(hlo, result.shape, len(devices))
+    replicated = jax.sharding.NamedSharding(
+        jax.sharding.Mesh(np.array(devices, dtype=object), ("devices",)),
+        jax.sharding.PartitionSpec())
+
+    def assemble(buffers):
+        whole = np.empty(result.shape, dtype=result.dtype)
+        for buffer, block in zip(buffers, where):
+            whole[block] = np.asarray(buffer)[tuple(slice(0, b.stop - b.start) for b in block)]
+        return jax.device_put(whole, replicated)
+    return assemble
+
+
+def _uneven_blocks(hlo, shape: tuple[int, ...], count: int) -> list[tuple[slice, ...]]:
+    """The block of `shape` logical device i holds under the tiled `hlo`:
+    ceil-sized tiles, cut at the end of each dim (XLA's uneven layout)."""
+    tiles = list(hlo.tile_assignment_dimensions())
+    grid = np.array(list(hlo.tile_assignment_devices())).reshape(tiles)
+    sizes = [-(-size // pieces) for size, pieces in zip(shape, tiles)]
+    blocks = []
+    for device in range(count):
+        coordinates = np.argwhere(grid == device)[0][:len(shape)]
+        blocks.append(tuple(slice(min(c * s, n), min((c + 1) * s, n))
+                            for c, s, n in zip(coordinates, sizes, shape)))
+    return blocks
+
+
+def _whole_shards_shape(hlo, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """`shape` grown to whole shards of the tiled `hlo`; None when it divides."""
+    if hlo is None or not hlo.is_tiled() or hlo.is_manual():
+        return None
+    tiles = list(hlo.tile_assignment_dimensions())[:len(shape)]
+    if len(tiles) != len(shape) or all(size % count == 0 for size, count in zip(shape, tiles)):
+        return None
+    return tuple(-(-size // count) * count for size, count in zip(shape, tiles))
+
+
+def _array_handler(result: TensorInfo, sharding, devices: tuple):
     """What builds one result's global jax.Array from its per-device buffers.
 
     The buffers come back in the executable's device order.  When the
@@ -726,23 +823,6 @@ def _output_handler(result: TensorInfo, sharding, devices: tuple):
         except (ImportError, AttributeError, TypeError):
             pass
     return functools.partial(jax.make_array_from_single_device_arrays, result.shape, sharding)
-
-
-def _uneven_boundary(values: Sequence[TensorInfo], shardings: Sequence[Any]) -> str | None:
-    """Why the executable cannot be called, if XLA split an argument or result unevenly.
-
-    A jax.Array holds equal shards only, and XLA's buffers for such a value
-    are padded ones, so neither side of the call can be expressed.
-    """
-    for value, sharding in zip(values, shardings):
-        try:
-            sharding.shard_shape(value.shape)
-        except ValueError:
-            return (f"{value.describe()} ({value.type_text}) is split unevenly by the sharding "
-                    f"XLA compiled for it ({sharding}); a jax.Array cannot hold uneven shards, so "
-                    "the module cannot be called: pad it to a multiple of the mesh axes in the "
-                    "module")
-    return None
 
 
 def _checked_value(value: Any, argument: TensorInfo, filename: str | None) -> Any:

@@ -34,7 +34,7 @@ from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions, read_hlo)
-from stablehlo_spmd.partitioning.skeleton import ShardMapSkeleton
+from stablehlo_spmd.partitioning.skeleton import skeleton as make_skeleton
 from stablehlo_spmd.partitioning.strategy import REPLICATED, RULE_DRIVEN, STRATEGIES, Plan
 from stablehlo_spmd.reshard import plan as plan_reshard
 from stablehlo_spmd.shapes import element_bytes, local_type, shape_of, tensor_bytes
@@ -75,10 +75,10 @@ class Partitioner:
             return
         replaced = [op.operation for op in self.module.regions[0].blocks[0].operations
                     if op.operation.name in ("func.func", "sdy.mesh")]
-        skeleton = ShardMapSkeleton(self.module, self.mesh, self.func, arg_shardings,
-                                    result_shardings)
+        skeleton = make_skeleton(self.module, self.mesh, self.func, arg_shardings,
+                                 result_shardings)
         entry = self.func.regions[0].blocks[0]
-        for old, new, sharding in zip(entry.arguments, skeleton.body.arguments, arg_shardings):
+        for old, new, sharding in zip(entry.arguments, skeleton.local_arguments, arg_shardings):
             self.bind(old, new, sharding)
         operations = list(entry.operations)
         terminator = operations[-1].operation

@@ -8,9 +8,16 @@ frame with the MLIR op builders, in the module being partitioned, and hands
 the driver the body block and its per-device arguments; `finish` returns the
 per-device results from the body.
 
-``sdy.manual_computation`` needs dimensions its axes divide, so an uneven
-argument is zero-padded to whole shards before it (GSPMD's padding, made
-explicit) and an uneven result sliced back after it.
+
+When a value at the boundary does not divide (``sdy.manual_computation``
+needs dimensions its axes divide), the frame is written in GSPMD's own
+manual form instead, as XLA's partitioner writes it: each argument goes
+through ``custom_call @Sharding`` and ``@SPMDFullToShardShape`` to its
+ceil-sized shard, each result back through ``@SPMDShardToFullShape``, and
+XLA keeps uneven shards in place, padding the last ones, with no collective
+at the boundary.  (Padding such a value to whole shards in the global
+program instead made XLA gather it: a boundary all-gather XLA's own layout
+never needs.)
 """
 
 from __future__ import annotations
@@ -23,16 +30,37 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.mesh import Mesh
-from stablehlo_spmd.module_shardings import SDY_SHARDING, mesh_attr_text, sdy_sharding_text
+from stablehlo_spmd.module_shardings import (
+    MHLO_SHARDING, SDY_SHARDING, SHARDING_TARGET, mesh_attr_text, sdy_sharding_text, sharding_attr)
 from stablehlo_spmd.shapes import local_type, scalar_zero
 from stablehlo_spmd.sharding import Sharding
 
 MESH_NAME = "mesh"
 
 
+def skeleton(module: ir.Operation, mesh: Mesh, old_main: ir.Operation,
+             arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding]):
+    """The frame for `old_main`'s per-device program: shard_map's form, or
+    GSPMD's manual form when a boundary value does not divide."""
+    entry = old_main.regions[0].blocks[0]
+    result_types = ir.FunctionType(ir.TypeAttr(old_main.attributes["function_type"]).value).results
+    values = [*zip((a.type for a in entry.arguments), arg_shardings),
+              *zip(result_types, result_shardings)]
+    frame = ShardMapSkeleton if all(_divides(t, s) for t, s in values) else GspmdManualSkeleton
+    return frame(module, mesh, old_main, arg_shardings, result_shardings)
+
+
+def _divides(value_type: ir.Type, sharding: Sharding) -> bool:
+    if not isinstance(value_type, ir.RankedTensorType):
+        return True
+    return all(size % sharding.num_shards(d) == 0
+               for d, size in enumerate(ir.RankedTensorType(value_type).shape))
+
+
 class ShardMapSkeleton:
     """A new public ``@main`` (and its ``sdy.mesh``) at the top of `module`,
-    whose manual body the driver fills."""
+    whose manual body the driver fills: `body` is the block to emit into and
+    `local_arguments` the per-device arguments."""
 
     def __init__(self, module: ir.Operation, mesh: Mesh, old_main: ir.Operation,
                  arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding]):
@@ -41,8 +69,6 @@ class ShardMapSkeleton:
         arg_types = [a.type for a in entry.arguments]
         result_types = list(ir.FunctionType(
             ir.TypeAttr(old_main.attributes["function_type"]).value).results)
-        self.result_types = result_types
-        self.result_shardings = list(result_shardings)
         top = module.regions[0].blocks[0]
         first = top.operations[0] if len(top.operations) else None
         with ir.InsertionPoint.at_block_begin(top) if first is None else ir.InsertionPoint(first):
@@ -73,11 +99,80 @@ class ShardMapSkeleton:
                 returned.append(value)
             func.ReturnOp(returned)
         self.body = block
+        self.local_arguments = list(block.arguments)
 
     def finish(self, local_results: Sequence[ir.Value]) -> None:
         """End the manual body: it returns these per-device results."""
         with ir.InsertionPoint(self.body), self.function.location:
             sdy.ReturnOp(list(local_results))
+
+
+class GspmdManualSkeleton:
+    """The same frame in GSPMD's manual form (see the module docstring):
+    the body is the new ``@main``'s own block, between the full-to-shard and
+    shard-to-full conversions."""
+
+    def __init__(self, module: ir.Operation, mesh: Mesh, old_main: ir.Operation,
+                 arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding]):
+        context = module.context
+        entry = old_main.regions[0].blocks[0]
+        arg_types = [a.type for a in entry.arguments]
+        result_types = list(ir.FunctionType(
+            ir.TypeAttr(old_main.attributes["function_type"]).value).results)
+        self._result_types = result_types
+        self._result_shardings = list(result_shardings)
+        self._context = context
+        top = module.regions[0].blocks[0]
+        first = top.operations[0] if len(top.operations) else None
+        with ir.InsertionPoint.at_block_begin(top) if first is None else ir.InsertionPoint(first):
+            with old_main.location:
+                self.function = func.FuncOp("main", (arg_types, result_types), visibility="public")
+        self.function.attributes["arg_attrs"] = _hlo_sharding_dicts(arg_shardings, context)
+        self.function.attributes["res_attrs"] = _hlo_sharding_dicts(result_shardings, context)
+        self.body = self.function.add_entry_block(arg_locs=[a.location for a in entry.arguments])
+        with ir.InsertionPoint(self.body), old_main.location:
+            self.local_arguments = [
+                _to_shard(argument, sharding, context) if isinstance(argument.type,
+                                                                     ir.RankedTensorType)
+                else argument for argument, sharding in zip(self.body.arguments, arg_shardings)]
+
+    def finish(self, local_results: Sequence[ir.Value]) -> None:
+        with ir.InsertionPoint(self.body), self.function.location:
+            func.ReturnOp([
+                _to_full(value, global_type, sharding, self._context)
+                if isinstance(global_type, ir.RankedTensorType) else value
+                for value, global_type, sharding in zip(local_results, self._result_types,
+                                                        self._result_shardings)])
+
+
+_MANUAL = '"{manual}"'
+
+
+def _hlo_sharding_dicts(shardings: Sequence[Sharding], context: ir.Context) -> ir.Attribute:
+    return ir.ArrayAttr.get([ir.DictAttr.get({MHLO_SHARDING: sharding_attr(s, context)}, context)
+                             for s in shardings], context)
+
+
+def _custom_call(target: str, operand: ir.Value, result_type: ir.Type,
+                 sharding: ir.Attribute) -> ir.Value:
+    call = hlo.CustomCallOp([result_type], [operand], target)
+    call.attributes[MHLO_SHARDING] = sharding
+    return call.result
+
+
+def _to_shard(argument: ir.Value, sharding: Sharding, context: ir.Context) -> ir.Value:
+    """A global argument as its (ceil-sized) shard on each device."""
+    pinned = _custom_call(SHARDING_TARGET, argument, argument.type, sharding_attr(sharding, context))
+    return _custom_call("SPMDFullToShardShape", pinned, local_type(argument.type, sharding),
+                        cached_attr(_MANUAL, context))
+
+
+def _to_full(local: ir.Value, global_type: ir.Type, sharding: Sharding,
+             context: ir.Context) -> ir.Value:
+    """A per-device result as the global value sharded as `sharding`."""
+    manual = _custom_call(SHARDING_TARGET, local, local.type, cached_attr(_MANUAL, context))
+    return _custom_call("SPMDShardToFullShape", manual, global_type,
+                        sharding_attr(sharding, context))
 
 
 def _sharding_dicts(shardings: Sequence[Sharding], context: ir.Context) -> ir.Attribute:

@@ -208,7 +208,8 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 // and one all_reduce as for an even split.
 
 // CHECK-LABEL: func.func public @main
-// CHECK: (%[[A:arg[0-9]+]]: tensor<8x3xf32>, %[[B:arg[0-9]+]]: tensor<3x8xf32>) {
+// CHECK: %[[A:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : ({{.*}}) -> tensor<8x3xf32>
+// CHECK: %[[B:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : ({{.*}}) -> tensor<3x8xf32>
 // CHECK-NEXT: %[[E:.*]] = stablehlo.exponential %[[A]] : tensor<8x3xf32>
 // CHECK-NEXT: stablehlo.constant dense<[0, 3, 6, 9]> : tensor<4xi32>
 // CHECK: %[[KA:.*]] = stablehlo.iota dim = 1 : tensor<8x3xi32>
@@ -231,7 +232,7 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 // CHECK-NEXT: %[[P:.*]] = stablehlo.dot_general %[[MA]], %[[MB]], contracting_dims = [1] x [0] : (tensor<8x3xf32>, tensor<3x8xf32>) -> tensor<8x8xf32>
 // CHECK-NEXT: %[[S:.*]] = "stablehlo.all_reduce"(%[[P]])
 // CHECK: }) : (tensor<8x8xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: sdy.return %[[S]] : tensor<8x8xf32>
+// CHECK-NEXT: stablehlo.custom_call @Sharding(%[[S]]) {mhlo.sharding = "{manual}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @uneven_contraction(%a: tensor<8x10xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"},
                                 %b: tensor<10x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})

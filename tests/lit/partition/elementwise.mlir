@@ -26,20 +26,20 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 
 // -----
 
-// Uneven but alike: [10,6] on 4 devices is 3x6 per device (padded 10 -> 12
-// outside the manual computation).  The padded rows compute garbage that
-// no one reads (the result is sliced to 10 rows), so still no collective.
+// Uneven but alike: [10,6] on 4 devices is 3x6 per device (XLA's layout:
+// the last shard padded, in GSPMD's manual form at the boundary).  The
+// padded rows compute garbage that no one reads, so still no collective.
 // The splat constant is built at the per-device shape.
 
 // CHECK-LABEL: func.func public @main
-// CHECK: manual_axes={"x"} (%[[X:arg[0-9]+]]: tensor<3x6xf32>, %[[Y:arg[0-9]+]]: tensor<3x6xf32>) {
+// CHECK: %[[X:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : (tensor<10x6xf32>) -> tensor<3x6xf32>
+// CHECK: %[[Y:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : (tensor<10x6xf32>) -> tensor<3x6xf32>
 // CHECK-NEXT: %[[TWO:.*]] = stablehlo.constant dense<2.000000e+00> : tensor<3x6xf32>
 // CHECK-NEXT: %[[S:.*]] = stablehlo.sine %[[X]] : tensor<3x6xf32>
 // CHECK-NEXT: %[[M:.*]] = stablehlo.multiply %[[S]], %[[TWO]] : tensor<3x6xf32>
 // CHECK-NEXT: %[[R:.*]] = stablehlo.add %[[M]], %[[Y]] : tensor<3x6xf32>
-// CHECK-NEXT: sdy.return %[[R]] : tensor<3x6xf32>
-// CHECK-NEXT: } : (tensor<12x6xf32>, tensor<12x6xf32>) -> tensor<12x6xf32>
-// CHECK-NEXT: stablehlo.slice %{{.*}} [0:10, 0:6] : (tensor<12x6xf32>) -> tensor<10x6xf32>
+// CHECK-NEXT: %[[MR:.*]] = stablehlo.custom_call @Sharding(%[[R]]) {mhlo.sharding = "{manual}"} : (tensor<3x6xf32>) -> tensor<3x6xf32>
+// CHECK-NEXT: stablehlo.custom_call @SPMDShardToFullShape(%[[MR]]) {mhlo.sharding = "{devices=[4,1]<=[4]}"} : (tensor<3x6xf32>) -> tensor<10x6xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @uneven(%x: tensor<10x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
                     %y: tensor<10x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})

@@ -123,7 +123,7 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
 // is summed with one all_reduce as for an even split.
 
 // CHECK-LABEL: func.func public @main
-// CHECK: (%[[A:arg[0-9]+]]: tensor<3x6xf32>) {
+// CHECK: %[[A:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : ({{.*}}) -> tensor<3x6xf32>
 // CHECK-NEXT: %[[INIT:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[E:.*]] = stablehlo.exponential %[[A]] : tensor<3x6xf32>
 // CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 3, 6, 9]> : tensor<4xi32>
@@ -141,7 +141,7 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
 // CHECK-NEXT: %[[S:.*]] = "stablehlo.all_reduce"(%[[P]])
 // CHECK-SAME: replica_groups = dense<{{\[\[}}0, 1, 2, 3]]> : tensor<1x4xi64>
 // CHECK: }) : (tensor<6xf32>) -> tensor<6xf32>
-// CHECK-NEXT: sdy.return %[[S]] : tensor<6xf32>
+// CHECK-NEXT: stablehlo.custom_call @Sharding(%[[S]]) {mhlo.sharding = "{manual}"} : (tensor<6xf32>) -> tensor<6xf32>
 // CHECK-NOT: all_gather
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @uneven(%a: tensor<10x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})

@@ -10,7 +10,7 @@
 // the 16 (15 padded by one) on device k (table [0, 4, 8, 12]).
 
 // CHECK-LABEL: func.func public @main
-// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK: %[[A:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : ({{.*}}) -> tensor<2x8xf32>
 // CHECK-NEXT: %[[ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[A]])
 // CHECK-SAME: all_gather_dim = 0 : i64
@@ -24,7 +24,7 @@
 // CHECK-NEXT: %[[OFF:.*]] = stablehlo.reshape %[[E]] : (tensor<1xi32>) -> tensor<i32>
 // CHECK-NEXT: %[[Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
 // CHECK-NEXT: %[[MINE:.*]] = stablehlo.dynamic_slice %[[WHOLE]], %[[OFF]], %[[Z]], sizes = [4, 8] : (tensor<16x8xf32>, tensor<i32>, tensor<i32>) -> tensor<4x8xf32>
-// CHECK-NEXT: sdy.return %[[MINE]] : tensor<4x8xf32>
+// CHECK-NEXT: stablehlo.custom_call @Sharding(%[[MINE]]) {mhlo.sharding = "{manual}"} : (tensor<4x8xf32>) -> tensor<4x8xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @pad(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
       -> (tensor<15x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {

@@ -154,20 +154,18 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
 // Uneven S(0) -> S(1): [10,6] on 4 devices is 3x6 per device as rows
 // (padded 10 -> 12) and 10x2 as columns (padded 6 -> 8).  all_to_all needs
 // whole blocks: pad the local columns 6 -> 8, exchange (3x8 -> 12x2), trim
-// the padded rows (12x2 -> 10x2).  The 10x2 blocks make a 10x8 global result
-// that is sliced to 10x6.
+// the padded rows (12x2 -> 10x2).  Each device's 10x2 block is its shard of
+// the 10x6 result in XLA's uneven layout (the last one all padding).
 
 // CHECK-LABEL: // -----
-// CHECK: (%[[A:arg[0-9]+]]: tensor<3x6xf32>) {
+// CHECK: %[[A:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : ({{.*}}) -> tensor<3x6xf32>
 // CHECK-NEXT: %[[Z:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[P:.*]] = stablehlo.pad %[[A]], %[[Z]], low = [0, 0], high = [0, 2], interior = [0, 0] : (tensor<3x6xf32>, tensor<f32>) -> tensor<3x8xf32>
 // CHECK-NEXT: %[[T:.*]] = "stablehlo.all_to_all"(%[[P]])
 // CHECK-SAME: concat_dimension = 0 : i64, replica_groups = dense<{{\[\[}}0, 1, 2, 3]]> : tensor<1x4xi64>, split_count = 4 : i64, split_dimension = 1 : i64
 // CHECK-SAME: (tensor<3x8xf32>) -> tensor<12x2xf32>
 // CHECK-NEXT: %[[S:.*]] = stablehlo.slice %[[T]] [0:10, 0:2] : (tensor<12x2xf32>) -> tensor<10x2xf32>
-// CHECK-NEXT: sdy.return %[[S]] : tensor<10x2xf32>
-// CHECK-NEXT: } : (tensor<12x6xf32>) -> tensor<10x8xf32>
-// CHECK-NEXT: stablehlo.slice %{{.*}} [0:10, 0:6] : (tensor<10x8xf32>) -> tensor<10x6xf32>
+// CHECK-NEXT: stablehlo.custom_call @Sharding(%[[S]]) {mhlo.sharding = "{manual}"} : (tensor<10x2xf32>) -> tensor<10x2xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @uneven(%a: tensor<10x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
       -> (tensor<10x6xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) {

@@ -117,7 +117,7 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
 // [15k, 15k+15): offset table [0, 15, 30, 45].
 
 // CHECK-LABEL: func.func public @main
-// CHECK: (%[[A:arg[0-9]+]]: tensor<3x6xf32>) {
+// CHECK: %[[A:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : ({{.*}}) -> tensor<3x6xf32>
 // CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[A]]) {{.*}} : (tensor<3x6xf32>) -> tensor<12x6xf32>
 // CHECK-NEXT: %[[T:.*]] = stablehlo.slice %[[G]] [0:10, 0:6] : (tensor<12x6xf32>) -> tensor<10x6xf32>
 // CHECK-NEXT: %[[R:.*]] = stablehlo.reshape %[[T]] : (tensor<10x6xf32>) -> tensor<60xf32>
@@ -126,7 +126,7 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
 // CHECK-NEXT: %[[E:.*]] = stablehlo.dynamic_slice %[[TABLE]], %[[PID]], sizes = [1]
 // CHECK-NEXT: %[[OFF:.*]] = stablehlo.reshape %[[E]] : (tensor<1xi32>) -> tensor<i32>
 // CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[R]], %[[OFF]], sizes = [15] : (tensor<60xf32>, tensor<i32>) -> tensor<15xf32>
-// CHECK-NEXT: sdy.return %[[MINE]] : tensor<15xf32>
+// CHECK-NEXT: stablehlo.custom_call @Sharding(%[[MINE]]) {mhlo.sharding = "{manual}"} : (tensor<15xf32>) -> tensor<15xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @merge_uneven(%a: tensor<10x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
       -> (tensor<60xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}) {

@@ -72,30 +72,32 @@ module attributes {spmd.mesh = #sdy.mesh<["data"=2, "model"=2]>} {
 
 // -----
 
-// Uneven arguments are zero-padded to whole shards before the manual
-// computation and uneven results sliced back after it.  On 4 devices:
-// a [10,8] on dim 0: ceil(10/4) = 3 rows each, padded 10 -> 12 (high = 2);
-// b [8,6] on dim 1: ceil(6/4) = 2 columns each, padded 6 -> 8 (high = 2);
-// c [8,8] divides evenly and goes in as it is (2x8 each).  The manual
-// computation's operand and result types are the padded ones; the global
-// results are sliced to [0:10, 0:8] and [0:8, 0:6].  Nothing moves data.
+// A boundary value its shards do not divide keeps XLA's own uneven layout:
+// ceil-sized shards, the last ones padded.  sdy.manual_computation only
+// takes dims its axes divide, so the frame is GSPMD's manual form instead:
+// each argument pinned to its sharding and cut to its shard by
+// SPMDFullToShardShape, each result turned back by SPMDShardToFullShape.
+// On 4 devices: a [10,8] on dim 0 is 3 rows a device; b [8,6] on dim 1, 2
+// columns; c [8,8] divides and takes the same form.  Nothing moves data.
 
 // CHECK-LABEL: // -----
-// CHECK: func.func public @main(%arg0: tensor<10x8xf32> {{.*}}, %arg1: tensor<8x6xf32> {{.*}}, %arg2: tensor<8x8xf32> {{.*}})
-// CHECK-NEXT: %[[Z0:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-// CHECK-NEXT: %[[PA:.*]] = stablehlo.pad %arg0, %[[Z0]], low = [0, 0], high = [2, 0], interior = [0, 0] : (tensor<10x8xf32>, tensor<f32>) -> tensor<12x8xf32>
-// CHECK-NEXT: %[[Z1:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-// CHECK-NEXT: %[[PB:.*]] = stablehlo.pad %arg1, %[[Z1]], low = [0, 0], high = [0, 2], interior = [0, 0] : (tensor<8x6xf32>, tensor<f32>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[OUT:.*]]:3 = sdy.manual_computation(%[[PA]], %[[PB]], %arg2)
-// CHECK-SAME: manual_axes={"x"} (%[[A:arg[0-9]+]]: tensor<3x8xf32>, %[[B:arg[0-9]+]]: tensor<8x2xf32>, %[[C:arg[0-9]+]]: tensor<2x8xf32>) {
-// CHECK-NOT: stablehlo.all_
-// CHECK-NOT: stablehlo.collective
-// CHECK: %[[N:.*]] = stablehlo.negate %[[A]] : tensor<3x8xf32>
-// CHECK-NEXT: sdy.return %[[N]], %[[B]], %[[C]] : tensor<3x8xf32>, tensor<8x2xf32>, tensor<2x8xf32>
-// CHECK-NEXT: } : (tensor<12x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>) -> (tensor<12x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>)
-// CHECK-NEXT: %[[S0:.*]] = stablehlo.slice %[[OUT]]#0 [0:10, 0:8] : (tensor<12x8xf32>) -> tensor<10x8xf32>
-// CHECK-NEXT: %[[S1:.*]] = stablehlo.slice %[[OUT]]#1 [0:8, 0:6] : (tensor<8x8xf32>) -> tensor<8x6xf32>
-// CHECK-NEXT: return %[[S0]], %[[S1]], %[[OUT]]#2 : tensor<10x8xf32>, tensor<8x6xf32>, tensor<8x8xf32>
+// CHECK: func.func public @main(%arg0: tensor<10x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}, %arg1: tensor<8x6xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}, %arg2: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+// CHECK-SAME: -> (tensor<10x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}, tensor<8x6xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}, tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+// CHECK-NEXT: %[[PA:.*]] = stablehlo.custom_call @Sharding(%arg0) {mhlo.sharding = "{devices=[4,1]<=[4]}"} : (tensor<10x8xf32>) -> tensor<10x8xf32>
+// CHECK-NEXT: %[[A:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%[[PA]]) {mhlo.sharding = "{manual}"} : (tensor<10x8xf32>) -> tensor<3x8xf32>
+// CHECK-NEXT: %[[PB:.*]] = stablehlo.custom_call @Sharding(%arg1) {mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<8x6xf32>) -> tensor<8x6xf32>
+// CHECK-NEXT: %[[B:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%[[PB]]) {mhlo.sharding = "{manual}"} : (tensor<8x6xf32>) -> tensor<8x2xf32>
+// CHECK-NEXT: %[[PC:.*]] = stablehlo.custom_call @Sharding(%arg2) {mhlo.sharding = "{devices=[4,1]<=[4]}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[C:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%[[PC]]) {mhlo.sharding = "{manual}"} : (tensor<8x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[N:.*]] = stablehlo.negate %[[A]] : tensor<3x8xf32>
+// CHECK-NEXT: %[[MN:.*]] = stablehlo.custom_call @Sharding(%[[N]]) {mhlo.sharding = "{manual}"} : (tensor<3x8xf32>) -> tensor<3x8xf32>
+// CHECK-NEXT: %[[R0:.*]] = stablehlo.custom_call @SPMDShardToFullShape(%[[MN]]) {mhlo.sharding = "{devices=[4,1]<=[4]}"} : (tensor<3x8xf32>) -> tensor<10x8xf32>
+// CHECK-NEXT: %[[MB:.*]] = stablehlo.custom_call @Sharding(%[[B]]) {mhlo.sharding = "{manual}"} : (tensor<8x2xf32>) -> tensor<8x2xf32>
+// CHECK-NEXT: %[[R1:.*]] = stablehlo.custom_call @SPMDShardToFullShape(%[[MB]]) {mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<8x2xf32>) -> tensor<8x6xf32>
+// CHECK-NEXT: %[[MC:.*]] = stablehlo.custom_call @Sharding(%[[C]]) {mhlo.sharding = "{manual}"} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[R2:.*]] = stablehlo.custom_call @SPMDShardToFullShape(%[[MC]]) {mhlo.sharding = "{devices=[4,1]<=[4]}"} : (tensor<2x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: return %[[R0]], %[[R1]], %[[R2]] : tensor<10x8xf32>, tensor<8x6xf32>, tensor<8x8xf32>
+// CHECK-NOT: sdy.
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @uneven(%a: tensor<10x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
                     %b: tensor<8x6xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"},
@@ -110,23 +112,18 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 
 // -----
 
-// The padding value is a zero of the element type: `false` for i1, `0` for
-// integers.  p [6] on 4 devices: 2 each, padded to 8; n [5]: 2 each, padded
-// to 8 (high = 3).  A result that is not an argument is sliced the same way.
+// Any element type: p [6] i1 on 4 devices, 2 a device (the last holds
+// none); n [5] i32, 2 a device (the last holds 1).  Each op runs on its
+// shard; nothing is gathered.
 
 // CHECK-LABEL: // -----
-// CHECK: %[[F:.*]] = stablehlo.constant dense<false> : tensor<i1>
-// CHECK-NEXT: %[[PP:.*]] = stablehlo.pad %arg0, %[[F]], low = [0], high = [2], interior = [0] : (tensor<6xi1>, tensor<i1>) -> tensor<8xi1>
-// CHECK-NEXT: %[[Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
-// CHECK-NEXT: %[[PN:.*]] = stablehlo.pad %arg1, %[[Z]], low = [0], high = [3], interior = [0] : (tensor<5xi32>, tensor<i32>) -> tensor<8xi32>
-// CHECK-NEXT: %[[OUT:.*]]:2 = sdy.manual_computation(%[[PP]], %[[PN]])
-// CHECK-SAME: (%[[P:arg[0-9]+]]: tensor<2xi1>, %[[N:arg[0-9]+]]: tensor<2xi32>)
+// CHECK: %[[P:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : (tensor<6xi1>) -> tensor<2xi1>
+// CHECK: %[[N:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : (tensor<5xi32>) -> tensor<2xi32>
 // CHECK-NEXT: %[[NOT:.*]] = stablehlo.not %[[P]] : tensor<2xi1>
 // CHECK-NEXT: %[[ADD:.*]] = stablehlo.add %[[N]], %[[N]] : tensor<2xi32>
-// CHECK-NEXT: sdy.return %[[NOT]], %[[ADD]] : tensor<2xi1>, tensor<2xi32>
-// CHECK-NEXT: } : (tensor<8xi1>, tensor<8xi32>) -> (tensor<8xi1>, tensor<8xi32>)
-// CHECK-NEXT: stablehlo.slice %[[OUT]]#0 [0:6] : (tensor<8xi1>) -> tensor<6xi1>
-// CHECK-NEXT: stablehlo.slice %[[OUT]]#1 [0:5] : (tensor<8xi32>) -> tensor<5xi32>
+// CHECK-NOT: stablehlo.all_
+// CHECK: stablehlo.custom_call @SPMDShardToFullShape(%{{.*}}) {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<2xi1>) -> tensor<6xi1>
+// CHECK: stablehlo.custom_call @SPMDShardToFullShape(%{{.*}}) {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<2xi32>) -> tensor<5xi32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @element_types(%p: tensor<6xi1> {mhlo.sharding = "{devices=[4]<=[4]}"},
                            %n: tensor<5xi32> {mhlo.sharding = "{devices=[4]<=[4]}"})
