@@ -1,4 +1,4 @@
-"""Control flow, calls and sharding constraints.
+"""Control flow, calls, sharding constraints and custom calls.
 
 Values that are the same tensor seen from two places (a while carry as
 operand, block argument, yielded value and result; a call's operand and its
@@ -13,6 +13,7 @@ from jaxlib.mlir import ir
 
 from stablehlo_spmd.module_shardings import is_sharding_constraint
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow, register, register_ties
+from stablehlo_spmd.op_rules.indexing import top_k_rule
 from stablehlo_spmd.shapes import shape_of
 
 
@@ -29,19 +30,36 @@ def _barrier(op: ir.Operation):
     return builder.build(UnreducedFlow.JOINT, range(len(shapes)), keeps_attributes=True)
 
 
-@register("stablehlo.custom_call", "sdy.sharding_constraint")
+@register("sdy.sharding_constraint")
 def _constraint(op: ir.Operation):
-    """A ``@Sharding`` constraint is an identity whose result sharding is the user's.
-
-    Other custom calls are opaque: no rule, so they are replicated with a warning.
-    """
-    if not is_sharding_constraint(op) or len(op.operands) != 1:
+    """A sharding constraint is an identity whose result sharding is the user's."""
+    if len(op.operands) != 1:
         return None
     shape = shape_of(op.results[0]) or ()
     builder = RuleBuilder([len(shape)], [len(shape)])
     for dim, size in enumerate(shape):
         builder.factor(size, FactorKind.PASS_THROUGH, [dim], [dim])
     return builder.build(UnreducedFlow.JOINT, (0,))
+
+
+# Custom calls whose target this project knows, by target name.
+_TARGET_RULES = {"TopK": top_k_rule}
+
+
+@register("stablehlo.custom_call")
+def _custom_call(op: ir.Operation):
+    """A custom call's rule, by what it is:
+
+    * a ``@Sharding`` constraint: the identity (`_constraint`);
+    * a target in `_TARGET_RULES` (XLA's ``@TopK``): that target's rule.
+
+    Other custom calls are opaque: no rule, so they are replicated with a
+    warning.
+    """
+    if is_sharding_constraint(op):
+        return _constraint(op)
+    known = _TARGET_RULES.get(ir.StringAttr(op.attributes["call_target_name"]).value)
+    return known(op) if known is not None else None
 
 
 def _terminator(block: ir.Block) -> ir.Operation:

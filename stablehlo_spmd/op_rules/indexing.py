@@ -187,10 +187,12 @@ def _sort(op: ir.Operation):
 
 
 @register("chlo.top_k")
-def _top_k(op: ir.Operation):
+def top_k_rule(op: ir.Operation):
     """``([i,n]) -> ([i,k], [i,k])`` (values, indices): the batch dims are
     PASS_THROUGH; the last dim is one NEED_REPLICATION factor of size n shared
-    by the operand and both results, as Shardy has for ``mhlo.topk``.
+    by the operand and both results, as Shardy has for ``mhlo.topk``.  The
+    rule of ``chlo.top_k`` and of XLA's ``custom_call @TopK`` (which takes k
+    from its result type) alike.
 
     Shardy makes it pass-through when k equals n; here it always needs
     replication, since top_k then sorts the whole dim.  That is what the
@@ -200,10 +202,16 @@ def _top_k(op: ir.Operation):
     dim that is whole wherever the op runs by rule, so the attributes hold
     per device.
     """
+    if len(op.operands) != 1:
+        return None
     shape = static_shape(op.operands[0])
-    if shape is None or not shape:
+    result_shapes = static_shapes(list(op.results))
+    if shape is None or not shape or result_shapes is None:
         return None
     last = len(shape) - 1
+    if len(result_shapes) != 2 or any(s[:-1] != shape[:-1] or s[-1] != result_shapes[0][-1]
+                                      for s in result_shapes):
+        return None
     builder = RuleBuilder([len(shape)], [len(shape)] * len(op.results))
     for dim, size in enumerate(shape):
         builder.factor(size, NEED if dim == last else PASS, [dim], [dim] * len(op.results))

@@ -9,6 +9,11 @@ the sharding constraints that only say where a value should live.
 * ``custom_call @Sharding`` (a constraint) forwards its operand as it is
   and lets `settle` move it to the constrained sharding: this is where a
   marked reshard's all-reduce or reduce-scatter is emitted.
+
+Custom calls share one entry in the strategy table: besides constraints,
+a call to a target this project knows (XLA's ``@TopK``:
+`sorting.TOP_K_CALL`) takes that target's strategy; any other runs
+replicated.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd.module_shardings import is_sharding_constraint
 from stablehlo_spmd.partitioning.partitioner import Partitioner
-from stablehlo_spmd.partitioning.strategy import Plan, strategy
+from stablehlo_spmd.partitioning.sorting import TOP_K_CALL
+from stablehlo_spmd.partitioning.strategy import Plan, Strategy, strategy
 from stablehlo_spmd.shapes import int_constant, local_type, shape_of
 from stablehlo_spmd.sharding import Sharding
 
@@ -72,13 +78,33 @@ def _local_iota(p: Partitioner, op: ir.Operation, layout: Sharding) -> ir.Value:
     return hlo.AddOp(local, hlo.BroadcastInDimOp(shard_type, start, []).result).result
 
 
-def _constraint_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
-    if not is_sharding_constraint(op):
-        return None  # another custom call: the default strategies
+def _constraint_plan(p: Partitioner, op: ir.Operation) -> Plan:
     source = p.shardings.get(op.operands[0])
     return Plan(p.result_shardings(op)[:1], [source], [source])
 
 
-@strategy("stablehlo.custom_call", plan=_constraint_plan)
-def emit_constraint(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def _emit_constraint(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     return operands[:1]
+
+
+_CONSTRAINT = Strategy(_constraint_plan, _emit_constraint)
+_BY_TARGET = {"TopK": TOP_K_CALL}
+
+
+def _custom_call_strategy(op: ir.Operation) -> Strategy | None:
+    """A custom call's strategy, chosen as its op rule is
+    (`op_rules.control`): a sharding constraint, a target this project
+    knows; None for an opaque call (it runs replicated)."""
+    if is_sharding_constraint(op):
+        return _CONSTRAINT
+    return _BY_TARGET.get(ir.StringAttr(op.attributes["call_target_name"]).value)
+
+
+def _custom_call_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+    chosen = _custom_call_strategy(op)
+    return chosen.plan(p, op) if chosen is not None else None
+
+
+@strategy("stablehlo.custom_call", plan=_custom_call_plan)
+def emit_custom_call(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+    return _custom_call_strategy(op).emit_local(p, op, plan, operands)

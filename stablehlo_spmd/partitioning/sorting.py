@@ -12,14 +12,14 @@ cheapest plan wins, so a sort whose result is wanted whole keeps the single
 gather.
 
 `chlo.top_k` (what `jax.lax.top_k` lowers to; another `axis` is a transpose
-around it) selects along its last dim, which the op rule marks
-NEED_REPLICATION: the rule-driven path would gather that dim whole.  When
-the operand's last dim is sharded and k fits in one shard, each device
-instead takes the top k of its own shard, the devices exchange only those k
-candidates (values and global indices), and a second top-k over the
-candidates picks the answer, which every device of those axes then holds.
-Other top-ks (last dim unsharded, or k larger than a shard) decline and run
-by rule.
+around it) and XLA's ``custom_call @TopK`` select along their last dim,
+which the op rule marks NEED_REPLICATION: the rule-driven path would gather
+that dim whole.  When the operand's last dim is sharded and k fits in one
+shard, each device instead takes the top k of its own shard, the devices
+exchange only those k candidates (values and global indices), and a second
+top-k over the candidates picks the answer, which every device of those
+axes then holds.  Other top-ks (last dim unsharded, or k larger than a
+shard) decline and run by rule.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from stablehlo_spmd import op_rules
 from stablehlo_spmd.op_rules import FactorKind
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import (
-    RULE_DRIVEN, Plan, _reshard_bytes, factor_axes, layout, plan_from_axes, rule_plan,
+    RULE_DRIVEN, Plan, Strategy, _reshard_bytes, factor_axes, layout, plan_from_axes, rule_plan,
     strategy)
 from stablehlo_spmd.shapes import shape_of
 from stablehlo_spmd.sharding import Sharding
@@ -158,6 +158,22 @@ def emit_top_k(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     candidate_indices = p.emitter.all_gather(indices, last, axes)
     best, positions = p.create(op, [candidates], [values_type, indices_type]).results
     return [best, take_along_last(candidate_indices, positions)]
+
+
+def _top_k_call_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+    """XLA's ``custom_call @TopK`` as `chlo.top_k`, when it orders largest
+    first: one given a comparator of its own (``called_computations``)
+    declines, since the padding's filler and the candidates' order assume
+    the default one."""
+    attributes = op.attributes
+    if "called_computations" in attributes and len(ir.ArrayAttr(attributes["called_computations"])):
+        return None
+    return _top_k_plan(p, op)
+
+
+# The strategy of a custom call to ``@TopK`` (`partitioning.basic` dispatches
+# custom calls by target).
+TOP_K_CALL = Strategy(_top_k_call_plan, emit_top_k)
 
 
 def take_along_last(operand: ir.Value, positions: ir.Value) -> ir.Value:

@@ -42,13 +42,12 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 // every real element, -inf and -NaN included.
 
 // CHECK-LABEL: func.func public @main
-// CHECK: (%[[A:arg[0-9]+]]: tensor<8x3xf32>) {
 // CHECK: %[[LOW:.*]] = stablehlo.constant dense<0xFFFFFFFF> : tensor<f32>
 // CHECK: %[[POS:.*]] = stablehlo.add
 // CHECK-NEXT: %[[LIMIT:.*]] = stablehlo.constant dense<10> : tensor<8x3xi32>
 // CHECK-NEXT: %[[IN:.*]] = stablehlo.compare LT, %[[POS]], %[[LIMIT]]
 // CHECK-NEXT: %[[FILL:.*]] = stablehlo.broadcast_in_dim %[[LOW]], dims = [] : (tensor<f32>) -> tensor<8x3xf32>
-// CHECK-NEXT: %[[M:.*]] = stablehlo.select %[[IN]], %[[A]], %[[FILL]]
+// CHECK-NEXT: %[[M:.*]] = stablehlo.select %[[IN]], %{{[a-z0-9]+}}, %[[FILL]] : tensor<8x3xi1>, tensor<8x3xf32>
 // CHECK-NEXT: %[[V:.*]], %[[I:.*]] = chlo.top_k(%[[M]], k = 2) : tensor<8x3xf32> -> (tensor<8x2xf32>, tensor<8x2xi32>)
 // CHECK: "stablehlo.all_gather"(%[[V]])
 // CHECK-SAME: (tensor<8x2xf32>) -> tensor<8x8xf32>
@@ -79,5 +78,31 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=8]>} {
       -> (tensor<8x3xf32> {mhlo.sharding = "{replicated}"}, tensor<8x3xi32> {mhlo.sharding = "{replicated}"}) {
     %values, %indices = chlo.top_k(%a, k = 3) : tensor<8x16xf32> -> (tensor<8x3xf32>, tensor<8x3xi32>)
     return %values, %indices : tensor<8x3xf32>, tensor<8x3xi32>
+  }
+}
+
+// -----
+
+// XLA's TopK custom call (k = 2 from its result type) takes the same route
+// as chlo.top_k: a local TopK per shard of 4, the 2 candidates per row and
+// their global indices all-gathered, a final TopK over the 8, and a gather
+// of the indices it picked.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<8x4xf32>) {
+// CHECK-NEXT: %[[L:.*]]:2 = stablehlo.custom_call @TopK(%[[A]]) : (tensor<8x4xf32>) -> (tensor<8x2xf32>, tensor<8x2xi32>)
+// CHECK: %[[GI:.*]] = stablehlo.add %[[L]]#1, %{{.*}} : tensor<8x2xi32>
+// CHECK-NEXT: %[[CV:.*]] = "stablehlo.all_gather"(%[[L]]#0)
+// CHECK-SAME: (tensor<8x2xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[CI:.*]] = "stablehlo.all_gather"(%[[GI]])
+// CHECK-SAME: (tensor<8x2xi32>) -> tensor<8x8xi32>
+// CHECK-NEXT: %[[F:.*]]:2 = stablehlo.custom_call @TopK(%[[CV]]) : (tensor<8x8xf32>) -> (tensor<8x2xf32>, tensor<8x2xi32>)
+// CHECK-NEXT: %[[FI:.*]] = "stablehlo.gather"(%[[CI]], %[[F]]#1)
+// CHECK: sdy.return %[[F]]#0, %[[FI]] : tensor<8x2xf32>, tensor<8x2xi32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @top_k_call(%a: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"})
+      -> (tensor<8x2xf32> {mhlo.sharding = "{replicated}"}, tensor<8x2xi32> {mhlo.sharding = "{replicated}"}) {
+    %0:2 = stablehlo.custom_call @TopK(%a) : (tensor<8x16xf32>) -> (tensor<8x2xf32>, tensor<8x2xi32>)
+    return %0#0, %0#1 : tensor<8x2xf32>, tensor<8x2xi32>
   }
 }

@@ -4,7 +4,7 @@ top_k), against structures written by hand (see factor_rules)."""
 import jax.numpy as jnp
 from jax import lax
 
-from .factor_rules import JOINT, N, NONE, P, R, expect, lowered, rule_of
+from .factor_rules import JOINT, N, NONE, P, R, expect, lowered, rule_of, rules_of
 
 
 def test_gather_take_rows():
@@ -133,3 +133,21 @@ def test_top_k():
     text = lowered(lambda a: lax.top_k(a, 3), jnp.zeros((2, 4, 10)))
     expect(rule_of(text, "chlo.top_k"), {"a": (2, P), "b": (4, P), "n": (10, N)},
            ["abn"], ["abn", "abn"])
+
+
+def test_top_k_custom_call_has_top_ks_rule():
+    # XLA's TopK custom call (k from its result type) is factored as
+    # chlo.top_k is; the tuple-returning form has no tensor results to
+    # factor and no rule.
+    text = """
+      func.func @main(%a: tensor<2x4x10xf32>) -> tensor<2x4x3xi32> {
+        %0:2 = stablehlo.custom_call @TopK(%a)
+          : (tensor<2x4x10xf32>) -> (tensor<2x4x3xf32>, tensor<2x4x3xi32>)
+        %1 = stablehlo.custom_call @TopK(%a)
+          : (tensor<2x4x10xf32>) -> tuple<tensor<2x4x3xf32>, tensor<2x4x3xi32>>
+        return %0#1 : tensor<2x4x3xi32>
+      }"""
+    multiple, tupled = rules_of(text, "stablehlo.custom_call")
+    expect(multiple, {"a": (2, P), "b": (4, P), "n": (10, N)}, ["abn"], ["abn", "abn"])
+    assert multiple.keeps_attributes
+    assert tupled is None

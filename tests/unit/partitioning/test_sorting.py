@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import stablehlo_spmd as ss
+
 from .single_device import partition_and_check
 
 _ALL_GATHER = re.compile(r'"stablehlo\.all_gather".* : \((tensor<[^>]*>)\) -> (tensor<[^>]*>)')
@@ -160,3 +162,77 @@ def test_sort_with_no_dim_to_move_the_split_to_gathers_it():
                               [(r"^x$", (None, "x")), (r"^result$", (None, "x"))])
     assert found == ["all_gather"]
 
+
+# ------------------------------------------------------- custom_call @TopK
+
+_TOP_K_CALL = """
+module attributes {{spmd.mesh = #sdy.mesh<[{mesh}]>}} {{
+  func.func @main(%x: tensor<{rows}x{n}xf32> {{mhlo.sharding = "{sharding}"}})
+      -> (tensor<{rows}x{k}xf32> {{mhlo.sharding = "{{replicated}}"}},
+          tensor<{rows}x{k}xi32> {{mhlo.sharding = "{{replicated}}"}}) {{
+    %0:2 = stablehlo.custom_call @TopK(%x)
+        : (tensor<{rows}x{n}xf32>) -> (tensor<{rows}x{k}xf32>, tensor<{rows}x{k}xi32>)
+    return %0#0, %0#1 : tensor<{rows}x{k}xf32>, tensor<{rows}x{k}xi32>
+  }}
+}}
+"""
+
+
+def _top_k_call(x, k, mesh, sharding):
+    """XLA's TopK custom call on `x` (split as `sharding`), partitioned and
+    checked exactly against the single-device run; the partitioned text."""
+    rows, n = x.shape
+    text = _TOP_K_CALL.format(mesh=mesh, rows=rows, n=n, k=k, sharding=sharding)
+    partitioned = ss.partition(text)
+    got, want = ss.run(partitioned, [x]), ss.run_single_device(text, [x])
+    for name, g, w in zip(("values", "indices"), got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
+    return partitioned
+
+
+def test_top_k_custom_call_gathers_only_k_candidates():
+    x = _rng(20).standard_normal((16, 256)).astype(np.float32)
+    partitioned = _top_k_call(x, 8, '"x"=8', "{devices=[1,8]<=[8]}")
+    assert sorted(_gathers(partitioned)) == [("tensor<16x8xf32>", "tensor<16x64xf32>"),
+                                             ("tensor<16x8xi32>", "tensor<16x64xi32>")]
+    assert partitioned.count("custom_call @TopK(") == 2
+
+
+def test_top_k_custom_call_on_uneven_shards_never_picks_the_padding():
+    # 20 over 8: shards of 3, the last device holding padding only.
+    x = np.full((4, 20), -np.inf, np.float32)
+    x[0, 19], x[1, 0], x[2, 17], x[3, 10] = 1.0, -2.0, 3.0, -4.0
+    partitioned = _top_k_call(x, 2, '"x"=8', "{devices=[1,8]<=[8]}")
+    assert sorted(_gathers(partitioned)) == [("tensor<4x2xf32>", "tensor<4x16xf32>"),
+                                             ("tensor<4x2xi32>", "tensor<4x16xi32>")]
+
+
+def test_top_k_custom_call_on_split_rows_runs_locally_by_rule():
+    x = _rng(21).standard_normal((16, 32)).astype(np.float32)
+    partitioned = _top_k_call(x, 4, '"x"=8', "{devices=[8,1]<=[8]}")
+    assert "custom_call @TopK(%arg1) : (tensor<2x32xf32>)" in partitioned
+    assert partitioned.count("custom_call @TopK(") == 1
+    assert not _gathers(partitioned[:partitioned.index("custom_call @TopK(")])
+
+
+def test_top_k_custom_call_with_its_own_comparator_gathers_the_dim():
+    # The candidates' filler and order assume largest-first; a TopK given a
+    # comparator (here smallest-first) gathers the dim and runs once.
+    text = """
+    module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+      func.func private @smaller(%l: tensor<f32>, %r: tensor<f32>) -> tensor<i1> {
+        %lt = stablehlo.compare LT, %l, %r, TOTALORDER : (tensor<f32>, tensor<f32>) -> tensor<i1>
+        return %lt : tensor<i1>
+      }
+      func.func @main(%a: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"})
+          -> (tensor<8x2xf32> {mhlo.sharding = "{replicated}"},
+              tensor<8x2xi32> {mhlo.sharding = "{replicated}"}) {
+        %0:2 = stablehlo.custom_call @TopK(%a) {called_computations = [@smaller]}
+            : (tensor<8x16xf32>) -> (tensor<8x2xf32>, tensor<8x2xi32>)
+        return %0#0, %0#1 : tensor<8x2xf32>, tensor<8x2xi32>
+      }
+    }
+    """
+    partitioned = ss.partition(text)
+    assert _gathers(partitioned) == [("tensor<8x4xf32>", "tensor<8x16xf32>")]
+    assert partitioned.count("custom_call @TopK(") == 1
