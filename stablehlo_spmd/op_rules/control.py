@@ -9,10 +9,14 @@ sharding constraints are identities op by op.
 
 from __future__ import annotations
 
+import math
+
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
 
 from stablehlo_spmd.module_shardings import is_sharding_constraint
-from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow, register, register_ties
+from stablehlo_spmd.op_rules import (
+    FactorKind, OpRule, RuleBuilder, UnreducedFlow, register, register_ties)
 from stablehlo_spmd.op_rules.indexing import top_k_rule
 from stablehlo_spmd.shapes import shape_of
 
@@ -42,6 +46,8 @@ def _constraint(op: ir.Operation):
     return builder.build(UnreducedFlow.JOINT, (0,))
 
 
+SHARDING_RULE = "sdy.sharding_rule"
+
 # Custom calls whose target this project knows, by target name.
 _TARGET_RULES = {"TopK": top_k_rule}
 
@@ -51,6 +57,9 @@ def _custom_call(op: ir.Operation):
     """A custom call's rule, by what it is:
 
     * a ``@Sharding`` constraint: the identity (`_constraint`);
+    * one carrying Shardy's ``sdy.sharding_rule`` (as JAX puts on its
+      batched linear-algebra calls): that rule's factors, read by
+      `sharding_rule_factors`;
     * a target in `_TARGET_RULES` (XLA's ``@TopK``): that target's rule.
 
     Other custom calls are opaque: no rule, so they are replicated with a
@@ -58,8 +67,57 @@ def _custom_call(op: ir.Operation):
     """
     if is_sharding_constraint(op):
         return _constraint(op)
+    if SHARDING_RULE in op.attributes:
+        return sharding_rule_factors(op)
     known = _TARGET_RULES.get(ir.StringAttr(op.attributes["call_target_name"]).value)
     return known(op) if known is not None else None
+
+
+def sharding_rule_factors(op: ir.Operation):
+    """An ``sdy.sharding_rule`` attribute as an `OpRule`.
+
+    Shardy's factors map one to one: its reduction factors are REDUCTION
+    (a partial sum, as Shardy's partitioner all-reduces them), its
+    need-replication factors NEED_REPLICATION, its permutation factors
+    PERMUTATION (no window: gathered where split); the rest PASS_THROUGH.
+    Some are made stricter here, because nothing but the rule says what the
+    call computes: a factor found only among the results or only among the
+    operands (and no reduction) is NEED_REPLICATION, the call making or
+    reading that dim whole (JAX's Cholesky rule has such factors for the
+    matrix dims), and so is a factor Shardy blocks propagation along.  The
+    per-device op is the same call on per-device types, which is what a
+    rule on a custom call promises (`keeps_attributes`).  None for a rule
+    that does not fit the op.
+    """
+    rule = sdy.OpShardingRuleAttr(op.attributes[SHARDING_RULE])
+
+    def dims_of(mappings):
+        return [[tuple(sdy.DimMappingAttr(d).factor_indices)
+                 for d in sdy.TensorMappingAttr(t).dim_mappings] for t in mappings]
+
+    operands, results = dims_of(rule.operand_mappings), dims_of(rule.result_mappings)
+    sizes = list(rule.factor_sizes)
+    values = [*op.operands, *op.results]
+    if len(values) != len(operands) + len(results):
+        return None
+    for value, dims in zip(values, operands + results):
+        shape = shape_of(value)
+        if shape is None or len(shape) != len(dims) or any(
+                math.prod(sizes[f] for f in factors) != size for factors, size in zip(dims, shape)):
+            return None
+    in_operands = {f for tensor in operands for dim in tensor for f in dim}
+    in_results = {f for tensor in results for dim in tensor for f in dim}
+    kinds = {f: FactorKind.PERMUTATION for f in rule.permutation_factors}
+    for factor in [*rule.need_replication_factors, *rule.blocked_propagation_factors,
+                   *(in_operands ^ in_results)]:
+        kinds[factor] = FactorKind.NEED_REPLICATION
+    kinds.update((f, FactorKind.REDUCTION) for f in rule.reduction_factors)
+    # Built whole rather than factor by factor: a dim's factors keep the
+    # rule's major-to-minor order whatever their numbering.
+    return OpRule(tuple(sizes), tuple(kinds.get(f, FactorKind.PASS_THROUGH)
+                                      for f in range(len(sizes))),
+                  tuple(tuple(t) for t in operands), tuple(tuple(t) for t in results),
+                  reduction="sum" if rule.reduction_factors else None, keeps_attributes=True)
 
 
 def _terminator(block: ir.Block) -> ir.Operation:

@@ -11,9 +11,9 @@ the sharding constraints that only say where a value should live.
   marked reshard's all-reduce or reduce-scatter is emitted.
 
 Custom calls share one entry in the strategy table: besides constraints,
-a call to a target this project knows (XLA's ``@TopK``:
-`sorting.TOP_K_CALL`) takes that target's strategy; any other runs
-replicated.
+a call carrying an ``sdy.sharding_rule`` runs by that rule, and one to a
+target this project knows (XLA's ``@TopK``: `sorting.TOP_K_CALL`) takes
+that target's strategy; any other runs replicated.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd.module_shardings import is_sharding_constraint
+from stablehlo_spmd.op_rules.control import SHARDING_RULE
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.sorting import TOP_K_CALL
-from stablehlo_spmd.partitioning.strategy import Plan, Strategy, strategy
+from stablehlo_spmd.partitioning.strategy import RULE_DRIVEN, Plan, Strategy, strategy
 from stablehlo_spmd.shapes import int_constant, local_type, shape_of
 from stablehlo_spmd.sharding import Sharding
 
@@ -87,16 +88,28 @@ def _emit_constraint(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     return operands[:1]
 
 
+def _emit_by_sharding_rule(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+    """The call on per-device types, as the rule-driven default emits it,
+    less the rule: its factor sizes are the global ones."""
+    results = RULE_DRIVEN.emit_local(p, op, plan, operands)
+    del results[0].owner.attributes[SHARDING_RULE]
+    return results
+
+
 _CONSTRAINT = Strategy(_constraint_plan, _emit_constraint)
+_BY_SHARDING_RULE = Strategy(RULE_DRIVEN.plan, _emit_by_sharding_rule)
 _BY_TARGET = {"TopK": TOP_K_CALL}
 
 
 def _custom_call_strategy(op: ir.Operation) -> Strategy | None:
     """A custom call's strategy, chosen as its op rule is
-    (`op_rules.control`): a sharding constraint, a target this project
-    knows; None for an opaque call (it runs replicated)."""
+    (`op_rules.control`): a sharding constraint, a call with an
+    ``sdy.sharding_rule``, a target this project knows; None for an opaque
+    call (it runs replicated)."""
     if is_sharding_constraint(op):
         return _CONSTRAINT
+    if SHARDING_RULE in op.attributes:
+        return _BY_SHARDING_RULE
     return _BY_TARGET.get(ir.StringAttr(op.attributes["call_target_name"]).value)
 
 

@@ -7,7 +7,7 @@ from jaxlib.mlir import ir
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.ir import make_context, parse_module
 
-from .factor_rules import JOINT, P, expect, rule_of, rules_of, walk
+from .factor_rules import JOINT, M, N, P, R, expect, rule_of, rules_of, walk
 
 
 def located(value: ir.Value) -> str:
@@ -128,3 +128,49 @@ def test_custom_call_sharding_is_identity_and_others_have_no_rule():
     sharding, opaque = rules_of(text, "stablehlo.custom_call")
     expect(sharding, {"i": (4, P), "j": (8, P)}, ["ij"], ["ij"], JOINT, (0,))
     assert opaque is None
+
+
+def _rule_from(sharding_rule: str, operands: str, results: str):
+    """The rule of a custom call carrying `sharding_rule`, typed as given."""
+    operand_types = [t.strip() for t in operands.split(";")]
+    arguments = ", ".join(f"%a{i}: {t}" for i, t in enumerate(operand_types))
+    names = ", ".join(f"%a{i}" for i in range(len(operand_types)))
+    result_types = [t.strip() for t in results.split(";")]
+    return rule_of(f"""
+      func.func @main({arguments}) {{
+        %0:{len(result_types)} = stablehlo.custom_call @kernel({names})
+          {{sdy.sharding_rule = #sdy.op_sharding_rule<{sharding_rule}>}}
+          : ({", ".join(operand_types)}) -> ({", ".join(result_types)})
+        return
+      }}""", "stablehlo.custom_call")
+
+
+def test_custom_call_sharding_rule_batch_factor_is_pass_through():
+    # JAX's rule for a batched Cholesky: i is the batch; j, k (the input
+    # matrix) and l, m (the factor) are unlinked, so the call needs them whole.
+    rule = _rule_from("([i, j, k])->([i, l, m], [i]) {i=8, j=4, k=4, l=4, m=4}, custom",
+                      "tensor<8x4x4xf32>", "tensor<8x4x4xf32>; tensor<8xi32>")
+    expect(rule, {"i": (8, P), "j": (4, N), "k": (4, N), "l": (4, N), "m": (4, N)},
+           ["ijk"], ["ilm", "i"])
+    assert rule.keeps_attributes
+
+
+def test_custom_call_sharding_rule_kinds_and_compound_dims():
+    # Shardy names factors i, j, k, ... by number.  Dim [ji] is one dim made
+    # of j (major, u below) then i (minor, v): the dim keeps that order
+    # though i is numbered first.  k is a reduction (a partial sum), l needs
+    # replication, m is a permutation, n is blocked from propagation (kept
+    # whole here).
+    rule = _rule_from(
+        "([ji, k, l, m, n], [k])->([ji, l, m, n]) {i=2, j=3, k=5, l=4, m=6, n=7} "
+        "reduction={k} need_replication={l} permutation={m} blocked_propagation={n}",
+        "tensor<6x5x4x6x7xf32>; tensor<5xf32>", "tensor<6x4x6x7xf32>")
+    expect(rule, {"u": (3, P), "v": (2, P), "r": (5, R), "n": (4, N), "p": (6, M),
+                  "b": (7, N)},
+           [("uv", "r", "n", "p", "b"), "r"], [("uv", "n", "p", "b")], reduction="sum")
+
+
+def test_custom_call_sharding_rule_that_does_not_fit_has_no_rule():
+    # Factor sizes that do not multiply to the dims: the rule is not this op's.
+    assert _rule_from("([i, j])->([i, j]) {i=8, j=4}", "tensor<8x5xf32>",
+                      "tensor<8x5xf32>") is None

@@ -1,9 +1,10 @@
-"""Made values per device (stablehlo_spmd.partitioning.basic).
+"""Made values and custom calls per device (stablehlo_spmd.partitioning.basic).
 
 Each case exports a JAX function, partitions it on 8 CPU devices and checks
-it exactly against the single-device run; the partitioned text is checked
-for what the strategy promises: an iota built per device (no whole iota,
-no collective).
+it against the single-device run (exactly; a factorization to 1e-5); the
+partitioned text is checked for what the strategy promises: an iota built
+per device (no whole iota, no collective), and a custom call with a
+sharding rule run on each device's batch.
 """
 
 import re
@@ -48,3 +49,39 @@ def test_float_iota_counts_from_its_blocks_first_index():
     partitioned = partition_and_check(scaled, (x,), "x=8", [(r"", ("x",))])
     assert _IOTA.findall(partitioned) == ["tensor<8xf32>"]
 
+
+# ------------------------------------------------- custom calls with a rule
+
+def _cholesky(x):
+    return jnp.linalg.cholesky(x)
+
+
+def _spd(seed, *batch, n=8):
+    a = np.random.default_rng(seed).standard_normal((*batch, n, n)).astype(np.float32)
+    return jnp.asarray(a @ np.swapaxes(a, -1, -2) + n * np.eye(n, dtype=np.float32))
+
+
+@pytest.mark.parametrize("batch, mesh, spec", [
+    ((8,), "x=8", ("x", None, None)),
+    ((2, 4), "a=2,b=4", ("a", "b", None, None)),
+])
+def test_cholesky_runs_on_each_devices_batch(batch, mesh, spec):
+    # JAX's LAPACK call carries an sdy.sharding_rule naming its batch dims:
+    # each device factors its own matrices, as XLA does with the same call.
+    partitioned = partition_and_check(_cholesky, (_spd(3, *batch),), mesh,
+                                      [(r"^x$", spec), (r"^result$", spec)], tolerance=1e-5)
+    assert not _COLLECTIVE.findall(partitioned)
+    (call,) = re.findall(r"stablehlo\.custom_call @\w*potrf\w*\(.*", partitioned)
+    assert "sdy.sharding_rule" not in call
+    assert "(tensor<" + "x".join(["1"] * len(batch)) + "x8x8xf32>)" in call
+
+
+def test_cholesky_with_a_split_matrix_dim_gathers_the_matrices():
+    # The rule links no operand dim to the factor's matrix dims: the call
+    # needs its matrices whole.
+    partitioned = partition_and_check(_cholesky, (_spd(4, 4),), "x=8",
+                                      [(r"^x$", (None, "x", None)),
+                                       (r"^result$", (None, "x", None))], tolerance=1e-5)
+    assert "all_gather" in partitioned
+    (call,) = re.findall(r"stablehlo\.custom_call @\w*potrf\w*\(.*", partitioned)
+    assert "(tensor<4x8x8xf32>)" in call
