@@ -20,7 +20,7 @@ from stablehlo_spmd import op_rules
 from stablehlo_spmd.module_shardings import MHLO_SHARDING
 from stablehlo_spmd.op_rules import FactorKind
 from stablehlo_spmd.partitioning.partitioner import Partitioner
-from stablehlo_spmd.partitioning.strategy import Plan, rule_plan, strategy
+from stablehlo_spmd.partitioning.strategy import Plan, _reshard_bytes, rule_plan, strategy
 from stablehlo_spmd.shapes import int_constant, local_type, shape_of, zeros
 
 
@@ -28,36 +28,64 @@ def _scalar(value: int, element_type: ir.Type) -> ir.Value:
     return int_constant(value, ir.RankedTensorType.get([], element_type))
 
 
-def _splits_index_vectors(plan: Plan, vector_dim: int) -> bool:
-    """Whether the plan splits the indices' index-vector dim (no local form)."""
-    indices_layout = plan.required[1]
+def _splits_index_vectors(plan: Plan, indices: int, vector_dim: int) -> bool:
+    """Whether the plan splits the index-vector dim of operand `indices`
+    (no local form)."""
+    indices_layout = plan.required[indices]
     return vector_dim < len(indices_layout.dim_axes) and bool(indices_layout.dim_axes[vector_dim])
 
 
-def _gather_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
-    """The rule's plan (reduction first: a split vocabulary stays split),
-    when every split operand dim is one a local gather can serve."""
-    if len(op.results) != 1:
+def _partial_or_whole(p: Partitioner, op: ir.Operation, serves) -> Plan | None:
+    """The cheaper of the rule's two plans that `serves(plan)` accepts: its
+    REDUCTION factors split as the operands have them (each device's local
+    op is a partial result, combined later), or those factors gathered
+    first.  A masked lookup into a split vocabulary keeps the vocabulary
+    split, as GSPMD does; a scatter of a few updates split along their
+    batch into a large table gathers the updates instead of summing the
+    table (GSPMD sums it).  Ties keep the partial."""
+    partial = rule_plan(p, op, reduction_first=True)
+    if partial is None:
         return None
-    plan = rule_plan(p, op, reduction_first=True)
-    if plan is None:
+    rule = partial.rule
+    plans = [partial]
+    if any(partial.axes[f] for f, kind in enumerate(rule.factor_kinds)
+           if kind is FactorKind.REDUCTION):
+        plans.append(rule_plan(p, op, constrain=_gather_reductions))
+    plans = [plan for plan in plans if serves(plan)]
+    return min(plans, key=lambda plan: _reshard_bytes(p, op, plan), default=None)
+
+
+def _gather_reductions(rule, axes) -> None:
+    for factor, kind in enumerate(rule.factor_kinds):
+        if kind is FactorKind.REDUCTION:
+            axes[factor] = ()
+
+
+def _gather_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+    """`_partial_or_whole`'s plan, when every split operand dim is one a
+    local gather can serve."""
+    if len(op.results) != 1:
         return None
     numbers = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
     index_map = list(numbers.start_index_map)
     slice_sizes = list(op_rules.int_array(op.attributes["slice_sizes"]))
     operand_shape = shape_of(op.operands[0])
     batching = set(numbers.operand_batching_dims)
-    for dim, dim_axes in enumerate(plan.required[0].dim_axes):
-        if not dim_axes:
-            continue
-        if operand_shape[dim] % p.mesh.axes_size(dim_axes):
-            return None
-        indexed = dim in index_map and dim not in batching
-        if indexed and slice_sizes[dim] != 1:
-            return None
-        if not indexed and dim not in batching and slice_sizes[dim] != operand_shape[dim]:
-            return None
-    return None if _splits_index_vectors(plan, numbers.index_vector_dim) else plan
+
+    def serves(plan: Plan) -> bool:
+        for dim, dim_axes in enumerate(plan.required[0].dim_axes):
+            if not dim_axes:
+                continue
+            if operand_shape[dim] % p.mesh.axes_size(dim_axes):
+                return False
+            indexed = dim in index_map and dim not in batching
+            if indexed and slice_sizes[dim] != 1:
+                return False
+            if not indexed and dim not in batching and slice_sizes[dim] != operand_shape[dim]:
+                return False
+        return not _splits_index_vectors(plan, 1, numbers.index_vector_dim)
+
+    return _partial_or_whole(p, op, serves)
 
 
 @strategy("stablehlo.gather", plan=_gather_plan)
@@ -137,22 +165,25 @@ def _zero_outside(mask: ir.Value, gathered: ir.Value, vector_dim: int, numbers) 
 
 
 def _scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
-    """The rule's plan, when every split operand dim is one a local scatter
-    can serve: a pass-through dim the updates cover whole, a batching dim, or
-    an indexed dim the updates are inserted into (one row per index)."""
-    if op_rules.rule_for(op) is None:
-        return None
-    plan = rule_plan(p, op, reduction_first=True)
+    """`_partial_or_whole`'s plan, when every split operand dim is one a
+    local scatter can serve: a pass-through dim the updates cover whole, a
+    batching dim, or an indexed dim the updates are inserted into (one row
+    per index)."""
+    count = len(op.results)
     numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
     index_map = list(numbers.scattered_dims_to_operand_dims)
     inserted = set(numbers.inserted_window_dims)
     batching = set(numbers.input_batching_dims)
     operand_shape = shape_of(op.operands[0])
-    for dim, dim_axes in enumerate(plan.required[0].dim_axes):
-        if dim_axes and (operand_shape[dim] % p.mesh.axes_size(dim_axes)
-                         or (dim in index_map and dim not in inserted and dim not in batching)):
-            return None
-    return None if _splits_index_vectors(plan, numbers.index_vector_dim) else plan
+
+    def serves(plan: Plan) -> bool:
+        for dim, dim_axes in enumerate(plan.required[0].dim_axes):
+            if dim_axes and (operand_shape[dim] % p.mesh.axes_size(dim_axes) or (
+                    dim in index_map and dim not in inserted and dim not in batching)):
+                return False
+        return not _splits_index_vectors(plan, count, numbers.index_vector_dim)
+
+    return _partial_or_whole(p, op, serves)
 
 
 @strategy("stablehlo.scatter", plan=_scatter_plan)

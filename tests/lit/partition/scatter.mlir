@@ -30,28 +30,57 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 
 // -----
 
-// A scatter-max of updates split on their scatter dim into a whole table:
-// each device scatters its one update into the table, and the partial
-// results are combined by an all_reduce with the body's own maximum.
+// A scatter-max of many updates split on their scatter dim (16 over 4
+// devices) into a small table: each device scatters its 4 updates into
+// the whole table, and the partial tables are combined by an all_reduce
+// with the body's own maximum: 4x8 elements move where gathering the
+// updates would move 16x8.
 
 // CHECK-LABEL: func.func public @main
-// CHECK: (%[[T:arg[0-9]+]]: tensor<16x8xf32>, %[[I:arg[0-9]+]]: tensor<1x1xi32>, %[[U:arg[0-9]+]]: tensor<1x8xf32>) {
+// CHECK: (%[[T:arg[0-9]+]]: tensor<4x8xf32>, %[[I:arg[0-9]+]]: tensor<4x1xi32>, %[[U:arg[0-9]+]]: tensor<4x8xf32>) {
 // CHECK-NEXT: %[[S:.*]] = "stablehlo.scatter"(%[[T]], %[[I]], %[[U]])
-// CHECK: }) : (tensor<16x8xf32>, tensor<1x1xi32>, tensor<1x8xf32>) -> tensor<16x8xf32>
+// CHECK: }) : (tensor<4x8xf32>, tensor<4x1xi32>, tensor<4x8xf32>) -> tensor<4x8xf32>
 // CHECK-NEXT: %[[R:.*]] = "stablehlo.all_reduce"(%[[S]])
 // CHECK: stablehlo.maximum
-// CHECK: }) : (tensor<16x8xf32>) -> tensor<16x8xf32>
-// CHECK-NEXT: sdy.return %[[R]] : tensor<16x8xf32>
+// CHECK: }) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: sdy.return %[[R]] : tensor<4x8xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
-  func.func @max_of_split_updates(%t: tensor<16x8xf32> {mhlo.sharding = "{replicated}"},
-                      %i: tensor<4x1xi32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
-                      %u: tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
-      -> (tensor<16x8xf32> {mhlo.sharding = "{replicated}"}) {
+  func.func @many_updates(%t: tensor<4x8xf32> {mhlo.sharding = "{replicated}"},
+                          %i: tensor<16x1xi32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                          %u: tensor<16x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<4x8xf32> {mhlo.sharding = "{replicated}"}) {
     %0 = "stablehlo.scatter"(%t, %i, %u) <{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
     ^bb0(%old: tensor<f32>, %new: tensor<f32>):
       %m = stablehlo.maximum %old, %new : tensor<f32>
       stablehlo.return %m : tensor<f32>
-    }) : (tensor<16x8xf32>, tensor<4x1xi32>, tensor<4x8xf32>) -> tensor<16x8xf32>
-    return %0 : tensor<16x8xf32>
+    }) : (tensor<4x8xf32>, tensor<16x1xi32>, tensor<16x8xf32>) -> tensor<4x8xf32>
+    return %0 : tensor<4x8xf32>
+  }
+}
+
+// -----
+
+// The same scatter-max with few updates (4) into a large table (64 rows):
+// gathering the updates and their indices moves less than combining the
+// table, so they are gathered and one scatter runs on every device.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[T:arg[0-9]+]]: tensor<64x8xf32>, %[[I:arg[0-9]+]]: tensor<1x1xi32>, %[[U:arg[0-9]+]]: tensor<1x8xf32>) {
+// CHECK-DAG: %[[IW:.*]] = "stablehlo.all_gather"(%[[I]]){{.*}}(tensor<1x1xi32>) -> tensor<4x1xi32>
+// CHECK-DAG: %[[UW:.*]] = "stablehlo.all_gather"(%[[U]]){{.*}}(tensor<1x8xf32>) -> tensor<4x8xf32>
+// CHECK: %[[S:.*]] = "stablehlo.scatter"(%[[T]], %[[IW]], %[[UW]])
+// CHECK: }) : (tensor<64x8xf32>, tensor<4x1xi32>, tensor<4x8xf32>) -> tensor<64x8xf32>
+// CHECK-NEXT: sdy.return %[[S]] : tensor<64x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @few_updates(%t: tensor<64x8xf32> {mhlo.sharding = "{replicated}"},
+                         %i: tensor<4x1xi32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                         %u: tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<64x8xf32> {mhlo.sharding = "{replicated}"}) {
+    %0 = "stablehlo.scatter"(%t, %i, %u) <{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
+    ^bb0(%old: tensor<f32>, %new: tensor<f32>):
+      %m = stablehlo.maximum %old, %new : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+    }) : (tensor<64x8xf32>, tensor<4x1xi32>, tensor<4x8xf32>) -> tensor<64x8xf32>
+    return %0 : tensor<64x8xf32>
   }
 }

@@ -133,18 +133,28 @@ def test_scatters_into_a_split_table_move_nothing(combine, table_spec, updates_s
     assert counts == NOTHING
 
 
-@pytest.mark.parametrize("combine", ["max", "min"])
-def test_scatter_max_of_updates_split_on_batch_combines_once(combine):
-    # Each device scatters its share of the updates into the whole table;
-    # the partial results combine by the body's own max or min, and the
-    # table may count on every device (max(t, t) = t).
+@pytest.mark.parametrize("combine, table_rows, updates, expected", [
+    # Many updates into a small table: each device scatters its share into
+    # the whole table and the partial tables combine by the body's own
+    # max, min or sum (for max and min the table may count on every
+    # device: max(t, t) = t).
+    *[(combine, 8, 64, {"all_reduce": 1}) for combine in ("max", "min", "add")],
+    # A few updates into a large table: gathering the updates (and their
+    # indices) moves less than combining the table (GSPMD combines it).
+    # (A scatter-add's result is left partial by propagation, which
+    # decides where its sum is taken.)
+    *[(combine, 512, 8, {"all_gather": 2}) for combine in ("max", "min")],
+])
+def test_scatter_of_updates_split_on_batch_takes_the_cheaper_plan(combine, table_rows, updates,
+                                                                  expected):
     def scatter(table, ids, updates):
         return getattr(table.at[ids], combine)(updates)
 
-    counts = _compare(scatter, (_random(32, 16), _ids(32, 8), _random(8, 16)), "data=8", [
+    counts = _compare(scatter, (_random(table_rows, 16), _ids(table_rows, updates),
+                                _random(updates, 16)), "data=8", [
         (r"^table$", (None, None)), (r"^ids$", ("data",)), (r"^updates$", ("data", None)),
         (r"^result$", (None, None))])
-    assert counts == {**NOTHING, "all_reduce": 1}
+    assert counts == {**NOTHING, **expected}
 
 
 def test_variadic_overwriting_scatter_into_split_rows_moves_nothing():
