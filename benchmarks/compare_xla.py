@@ -101,7 +101,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from hlo_collectives import collectives, emitted_collectives  # noqa: E402  (beside this script)
 from report import (  # noqa: E402  (benchmarks/report.py, beside this script)
-    Memory, PassTimes, Row, RunInfo, print_text, write_report)
+    Memory, PassTimes, Row, RunInfo, print_text, revision, write_report)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEVICES = 8
@@ -474,23 +474,7 @@ def run_info(repeat: int, unmatched: str) -> RunInfo:
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         jax_version=jax.__version__, jaxlib_version=jaxlib.__version__,
         devices=jax.device_count(), platform=jax.devices()[0].platform, command=command,
-        repeat=repeat, unmatched=unmatched, revision=_revision())
-
-
-def _revision() -> str:
-    """The commit measured, and whether the measured code differs from it."""
-    import subprocess
-
-    def git(*arguments):
-        return subprocess.run(["git", "-C", str(ROOT), *arguments], capture_output=True,
-                              text=True, check=False)
-
-    head = git("rev-parse", "--short", "HEAD")
-    if head.returncode != 0:
-        return ""
-    changed = git("status", "--porcelain", "--", "stablehlo_spmd", "examples").stdout.strip()
-    return head.stdout.strip() + (" with uncommitted changes to stablehlo_spmd/ or examples/"
-                                  if changed else "")
+        repeat=repeat, unmatched=unmatched, revision=revision(ROOT))
 
 
 def main() -> None:

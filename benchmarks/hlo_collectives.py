@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from typing import Iterator
 
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                     "collective-permute")
@@ -170,6 +171,17 @@ def _async_result(shape: str) -> str:
     return halves[1] if len(halves) == 2 else shape
 
 
+def instructions(hlo_text: str) -> Iterator[tuple[str, str, str, str]]:
+    """(name, shape, opcode, ``opcode(operands), attributes``) of each instruction line."""
+    for line in hlo_text.splitlines():
+        match = _INSTRUCTION.match(re.sub(r"/\*.*?\*/", "", line))   # drop /*index=5*/
+        if not match:
+            continue
+        name, rest = match.groups()
+        shape, rest = _split_shape(rest)
+        yield name, shape, rest.split("(", 1)[0].strip(), rest
+
+
 def collectives(hlo_text: str, devices: int) -> list[Collective]:
     """Every collective of an HLO module's text, with its per-device cost.
 
@@ -178,14 +190,8 @@ def collectives(hlo_text: str, devices: int) -> list[Collective]:
     """
     shapes: dict[str, str] = {}
     found = []
-    for line in hlo_text.splitlines():
-        match = _INSTRUCTION.match(re.sub(r"/\*.*?\*/", "", line))   # drop /*index=5*/
-        if not match:
-            continue
-        name, rest = match.groups()
-        shape, rest = _split_shape(rest)
+    for name, shape, opcode, rest in instructions(hlo_text):
         shapes[name] = shape
-        opcode = rest.split("(", 1)[0].strip()
         started = opcode.endswith("-start")
         kind = opcode[:-len("-start")] if started else opcode
         if kind not in COLLECTIVE_KINDS:

@@ -115,6 +115,22 @@ class RunInfo:
     revision: str = ""        # the commit measured, and whether its code had local changes
 
 
+def revision(root: pathlib.Path) -> str:
+    """The commit measured, and whether the measured code differs from it."""
+    import subprocess
+
+    def git(*arguments):
+        return subprocess.run(["git", "-C", str(root), *arguments], capture_output=True,
+                              text=True, check=False)
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode != 0:
+        return ""
+    changed = git("status", "--porcelain", "--", "stablehlo_spmd", "examples").stdout.strip()
+    return head.stdout.strip() + (" with uncommitted changes to stablehlo_spmd/ or examples/"
+                                  if changed else "")
+
+
 # ------------------------------------------------------------------ formatting
 
 

@@ -1,27 +1,16 @@
 """benchmarks/report.py: the markdown report and chart of compare_xla.py --all, on made-up records."""
 
-import importlib.util
-import pathlib
 import sys
 
 import pytest
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "report.py"
+from benchmark_modules import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def report():
-    sys.path.insert(0, str(_PATH.parent))   # report.py imports hlo_collectives beside it
-    spec = importlib.util.spec_from_file_location("benchmark_report", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module    # dataclasses look their module up by name
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_module("report") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
-        sys.modules.pop("hlo_collectives", None)
-        sys.path.remove(str(_PATH.parent))
 
 
 def _rows(report):

@@ -7,23 +7,15 @@ p: the group size): all_gather T(p−1)/p, all_to_all T(p−1)/p², all_reduce
 2T(p−1)/p, reduce_scatter T(p−1)/p, collective_permute T/p.
 """
 
-import pathlib
-import sys
-
 import pytest
 
-_BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+from benchmark_modules import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def hc():
-    sys.path.insert(0, str(_BENCHMARKS))
-    try:
-        import hlo_collectives
-        yield hlo_collectives
-    finally:
-        sys.path.remove(str(_BENCHMARKS))
-        sys.modules.pop("hlo_collectives", None)
+    with benchmark_module("hlo_collectives") as module:
+        yield module
 
 
 def _module(*lines):
