@@ -387,7 +387,9 @@ def _convolution(op: ir.Operation):
       PASS_THROUGH, left out when 1.
 
     Linear in each operand separately; a sharded REDUCTION factor leaves a
-    partial sum.
+    partial sum.  Its padding, where the split is uneven, is zeroed before
+    the local convolution reads it (as dot_general's is), so an uneven
+    window or input feature split is kept.
     """
     shapes = static_shapes([op.operands[0], op.operands[1], op.results[0]])
     if shapes is None:
@@ -456,4 +458,4 @@ def _convolution(op: ir.Operation):
         for attribute, factor, lhs_dim in group_factors]
     return builder.build(UnreducedFlow.SEPARATE, (0, 1), reduction="sum",
                          keeps_attributes=feature_groups == 1 and batch_groups == 1,
-                         groups=groups)
+                         masks_padding=True, groups=groups)

@@ -13,17 +13,30 @@ then runs per device with that dimension's offsets and padding made local.
 The rule table says which dims these are (their PERMUTATION factors).  A
 handler gives those factors the mesh axes the op's result wants, checks
 that every window fits within the neighbours' shards (`halo_extent`), and
-otherwise leaves the dimension to the generic path (gathered whole).
+otherwise leaves the dimension to the generic path (gathered whole).  When
+the result wants a layout the operands do not have, the handler also plans
+the op aligned with each operand's layout and keeps the plan that moves the
+fewest bytes, halos included (`_setup`), as XLA's partitioner does for
+convolutions: a grouped convolution runs on the groups each device holds
+and only its result moves.
+
+A base-dilated dim (a convolution's lhs dilation, reduce_window's base
+dilation, pad's interior padding) is a window over the dilated input: each
+device reads the elements its windows touch and the local op dilates them
+again, with its padding made local (`_strided_halo`).
 
 * slice: ``offset = start``, one strided local slice;
-* pad (no interior padding): ``offset = -low``, filled with the pad value;
+* pad: ``offset = -low``, filled with the pad value (interior padding: a
+  base dilation);
 * concatenate: each operand windowed at ``offset = -its start``, merged by
   position (the pipeline-parallel shift ``concat(new, state[:-1])`` is a
   single collective_permute to the next stage);
 * reverse: each shard reversed in place and sent to its mirror device, then
   shifted by the padding of an uneven dimension;
 * reduce_window / convolution: ``offset = -low padding``, ``length`` the
-  input that the device's windows read; the local op has no padding there;
+  input that the device's windows read; the local op has no padding there
+  (but where a base dilation leaves some); a grouped convolution's local
+  op has the group count of the groups a device holds;
 * select_and_scatter: the operand windowed as for pooling (padded with a
   value the select never picks), the local scatter lands on the window, and
   each device adds what its neighbours scattered into its shard
@@ -41,23 +54,26 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.collectives import halo_extent
 from stablehlo_spmd.ir import cached_attr
-from stablehlo_spmd.op_rules import FactorKind, OpRule, int_array
+from stablehlo_spmd.op_rules import FactorKind, OpRule, Window, int_array
 from stablehlo_spmd.op_rules.windowed import is_zero_scalar, optional_array, padding_pairs
 from stablehlo_spmd.partitioning.partitioner import Partitioner
-from stablehlo_spmd.partitioning.strategy import Plan, factor_axes, plan_from_axes, strategy
-from stablehlo_spmd.shapes import int_constant, local_type, shape_of, zeros
+from stablehlo_spmd.partitioning.strategy import (
+    Plan, _reshard_bytes, factor_axes, plan_from_axes, strategy)
+from stablehlo_spmd.shapes import int_constant, local_type, shape_of, tensor_bytes, zeros
 from stablehlo_spmd.sharding import Sharding
 
 
 @dataclasses.dataclass(frozen=True)
 class Halo:
-    """Operand `operand`'s dim `dim` is read as windows (see `halo_window`)."""
+    """Operand `operand`'s dim `dim` is read as windows (see `halo_window`);
+    the local op pads each window by `padding` (low, high) along `dim`."""
 
     operand: int
     dim: int
     offset: int
     length: int
     step: int = 0
+    padding: tuple[int, int] = (0, 0)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -69,17 +85,86 @@ def _setup(p: Partitioner, op: ir.Operation,
            forced: Callable[[OpRule, list[tuple]], None] | None = None,
            always: bool = False,
            windowed_kinds: tuple[FactorKind, ...] = (FactorKind.PERMUTATION,)) -> Plan | None:
-    """Factor axes with the factors of `windowed_kinds` sharded as the result
-    wants, less those on operand dims whose windows do not fit (reported as
-    gathered).  None when no window is left, unless `always` (the op has no
-    generic path).  The plan's `detail` is the windows found."""
+    """The cheapest of the plans that align the op with its result or with
+    one of its operands (`_alignments`), priced in bytes moved
+    (`_moved_bytes`).  None when no window is left, unless `always` (the op
+    has no generic path).  The plan's `detail` is the windows found.
+
+    Aligning with an operand is what XLA's partitioner does when the result
+    wants a layout the operands do not have (a grouped convolution whose
+    output is split on its windows, its operands on the groups): the op
+    runs where the data is and only its (often much smaller) result moves.
+    """
     rule = op_rules.rule_for(op)
     if rule is None or any(shape_of(r) is None for r in op.results):
         return None
     wanted = p.result_shardings(op)
-    axes = factor_axes(p, op, rule, wanted)
+    best: tuple[float, Plan] | None = None
+    for target in _alignments(p, op, rule, wanted):
+        plan = _aligned_plan(p, op, rule, wanted, target, halos, forced, windowed_kinds)
+        cost = _moved_bytes(p, op, plan)
+        if best is None or cost < best[0]:
+            best = (cost, plan)
+        if not cost:
+            break
+    plan = best[1]
+    return plan if plan.detail or always else None
+
+
+def _alignments(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[Sharding]):
+    """Result shardings to plan the op for: the one propagation chose, then
+    the ones each operand's sharding implies (its factors' axes carried to
+    the results), then the one all operands imply together (each factor
+    from the first operand that splits it).  Lazily: the driver stops at a
+    plan that moves nothing."""
+    yield wanted
+    seen = {tuple(wanted)}
+    given: list[dict[int, tuple[str, ...]]] = []
+    for operand, dims in zip(op.operands, rule.operands):
+        source = p.shardings.get(operand)
+        if source is None or not dims:
+            continue
+        factor_axes_of = {}
+        for dim, factors in enumerate(dims):
+            for factor, dealt in op_rules.project_axes(source.dim_axes[dim], factors,
+                                                       rule.factor_sizes, p.axis_size):
+                factor_axes_of[factor] = dealt
+        given.append(factor_axes_of)
+    joint: dict[int, tuple[str, ...]] = {}
+    for factor_axes_of in given:
+        for factor, dealt in factor_axes_of.items():
+            joint.setdefault(factor, dealt)
+    for factor_axes_of in (*given, joint):
+        implied = [_implied_sharding(p, dims, factor_axes_of) for dims in rule.results]
+        if tuple(implied) not in seen:
+            seen.add(tuple(implied))
+            yield implied
+
+
+def _implied_sharding(p: Partitioner, dims, factor_axes_of) -> Sharding:
+    """The sharding a tensor with factor `dims` has when each factor runs over
+    ``factor_axes_of[factor]`` (an axis already used by an earlier dim is
+    left out)."""
+    used: set[str] = set()
+    dim_axes = []
+    for factors in dims:
+        axes = tuple(a for f in factors for a in factor_axes_of.get(f, ()) if a not in used)
+        used.update(axes)
+        dim_axes.append(axes)
+    return Sharding(p.mesh, tuple(dim_axes))
+
+
+def _aligned_plan(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[Sharding],
+                  target: list[Sharding], halos: Callable[[Plan], list[Halo]],
+                  forced: Callable[[OpRule, list[tuple]], None] | None,
+                  windowed_kinds: tuple[FactorKind, ...]) -> Plan:
+    """Factor axes from `target` (as if the results wanted it), with the
+    factors of `windowed_kinds` sharded as it wants them, less those on
+    operand dims whose windows do not fit (reported as gathered); the
+    results then move to `wanted`."""
+    axes = factor_axes(p, op, rule, target)
     used = {a for factor_axes in axes for a in factor_axes}
-    for sharding, dims in zip(wanted, rule.results):
+    for sharding, dims in zip(target, rule.results):
         for dim, factors in enumerate(dims):
             if len(factors) != 1 or rule.factor_kinds[factors[0]] not in windowed_kinds:
                 continue
@@ -99,12 +184,29 @@ def _setup(p: Partitioner, op: ir.Operation,
         misfits = [h for h in found if not _fits(p, op, plan.required, h)]
         if not misfits:
             plan.detail = found
-            return plan if found or always else None
+            return plan
         for halo in misfits:
             for factor in rule.operands[halo.operand][halo.dim]:
                 if axes[factor]:
                     stripped.add(factor)
                 axes[factor] = ()
+
+
+def _moved_bytes(p: Partitioner, op: ir.Operation, plan: Plan) -> float:
+    """Bytes per device a plan moves: the reshards around the local op and
+    its halo exchanges."""
+    total = _reshard_bytes(p, op, plan)
+    for halo in plan.detail:
+        layout = plan.required[halo.operand]
+        dim_axes = layout.dim_axes[halo.dim]
+        if not dim_axes or halo.length < 0:
+            continue
+        operand = op.operands[halo.operand]
+        shard = _shard(p, shape_of(operand)[halo.dim], dim_axes)
+        left, right = halo_extent(shard, p.mesh.axes_size(dim_axes), halo.offset, halo.length,
+                                  halo.step)
+        total += tensor_bytes(local_type(operand.type, layout)) * (left + right) / shard
+    return total
 
 
 def _gathered(operand: int, dim: int) -> Halo:
@@ -161,40 +263,71 @@ def _padding_attr(pairs) -> ir.Attribute | None:
 
 
 def _strided_halo(p: Partitioner, operand: int, dim: int, dim_axes: tuple, size: int,
-                  out_size: int, offset: int, stride: int = 1, extent: int = 1) -> Halo:
+                  out_size: int, offset: int, stride: int = 1, extent: int = 1,
+                  dilation: int = 1) -> Halo:
     """The input a device's share of `out_size` results reads along `dim`
-    when result j reads `extent` elements from ``offset + j*stride``."""
+    when result j reads `extent` elements from ``offset + j*stride``.
+
+    With a base `dilation` those positions are in the dilated input, whose
+    element i sits at ``i * dilation`` (the holes between are the op's
+    padding value): each device reads the elements its windows touch and
+    the local op, dilating them again, pads the window by what its first
+    and last windows reach past them.  That padding is the same on every
+    device when each device's windows start at the same phase of the
+    dilation (``s_out * stride`` a multiple of it, as in the input gradient
+    of an evenly split strided convolution); otherwise the dim is gathered.
+    XLA's partitioner also serves that "same start pattern" with a halo
+    (and the others by computing extra windows and slicing them away).
+    """
     s_in, s_out = _shard(p, size, dim_axes), _shard(p, out_size, dim_axes)
-    return Halo(operand, dim, offset, (s_out - 1) * stride + extent, s_out * stride - s_in)
+    if (s_out * stride) % dilation:
+        return _gathered(operand, dim)
+    first = -(-offset // dilation)                      # the first element read
+    reach = offset + (s_out - 1) * stride + extent - 1  # the last position read
+    last = reach // dilation
+    if last < first:
+        return _gathered(operand, dim)
+    return Halo(operand, dim, first, last - first + 1, s_out * stride // dilation - s_in,
+                (first * dilation - offset, reach - last * dilation))
 
 
 # ------------------------------------------------------------ slice, pad
 
-def _window_halo(p: Partitioner, op: ir.Operation, plan: Plan, operand: int,
-                 dim: int) -> Halo | None:
+def _window_halo(p: Partitioner, op: ir.Operation, plan: Plan, operand: int, dim: int,
+                 dilated: dict[int, tuple[Window, int]] | None = None) -> Halo | None:
     """What operand `operand` must read along its split `dim`, from the
     rule: the `Window` of its PERMUTATION factor, or the whole dim where that
-    factor has none; None where the dim moves no data."""
+    factor has none; None where the dim moves no data.
+
+    `dilated` gives, for operand 0's base-dilated dims (which the rule
+    leaves without a window: no window of the operand's own elements holds
+    them), the window in the dilated input and the dilation.
+    """
     rule = plan.rule
     moved = [f for f in rule.operands[operand][dim]
              if rule.factor_kinds[f] is FactorKind.PERMUTATION]
     if not moved:
         return None
+    dilation = 1
     # (A convolution's lhs dim also holds the window-size factor, which
     # moves nothing: each device sums its part of every window.)
     window = rule.windows[moved[0]] if len(moved) == 1 and rule.windows else None
+    if dilated and dim in dilated and len(moved) == 1:
+        window, dilation = dilated[dim]
     if window is None:
         return _gathered(operand, dim)
     return _strided_halo(p, operand, dim, plan.required[operand].dim_axes[dim],
                          shape_of(op.operands[operand])[dim], window.count, window.offset,
-                         window.stride, window.extent)
+                         window.stride, window.extent, dilation)
 
 
-def _permuted_halos(p: Partitioner, op: ir.Operation, plan: Plan, skip=()) -> list[Halo]:
+def _permuted_halos(p: Partitioner, op: ir.Operation, plan: Plan, skip=(),
+                    dilated: dict[int, tuple[Window, int]] | None = None) -> list[Halo]:
     """`_window_halo` of every split dim of operand 0 (but `skip`)."""
     found = []
     for dim, dim_axes in enumerate(plan.required[0].dim_axes):
-        halo = _window_halo(p, op, plan, 0, dim) if dim_axes and dim not in skip else None
+        halo = (_window_halo(p, op, plan, 0, dim, dilated)
+                if dim_axes and dim not in skip else None)
         if halo is not None:
             found.append(halo)
     return found
@@ -304,9 +437,13 @@ def _pad_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     low = int_array(op.attributes["edge_padding_low"])
     high = int_array(op.attributes["edge_padding_high"])
     interior = int_array(op.attributes["interior_padding"])
+    out = shape_of(op.results[0])
+    # Interior padding is a base dilation: result j is dilated element j - low.
+    dilated = {d: (Window(-low[d], 1, 1, out[d]), interior[d] + 1)
+               for d in range(len(n_in)) if interior[d]}
 
     def halos(plan):
-        return _permuted_halos(p, op, plan)
+        return _permuted_halos(p, op, plan, dilated=dilated)
 
     plan = _setup(p, op, halos, always=True)  # as for slices
     if plan is None:
@@ -314,13 +451,14 @@ def _pad_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
     def emit(operands):
         value, pad_value = operands
-        for halo in halos(plan):
+        found = halos(plan)
+        for halo in found:
             value = _window(p, op, plan, value, halo, pad_value)
-        rank = len(n_in)
-        keep = [not _sharded(plan.required[0], d) for d in range(rank)]
-        result = hlo.PadOp(value, pad_value, [low[d] if keep[d] else 0 for d in range(rank)],
-                           [high[d] if keep[d] else 0 for d in range(rank)],
-                           [interior[d] if keep[d] else 0 for d in range(rank)]).result
+        edges = [(low[d], high[d]) for d in range(len(n_in))]
+        for halo in found:
+            edges[halo.dim] = halo.padding
+        result = hlo.PadOp(value, pad_value, [lo for lo, _ in edges], [hi for _, hi in edges],
+                           interior).result
         return [result]
 
     plan.detail = emit
@@ -418,9 +556,17 @@ def _reduce_window_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         return None
     rank = len(shape_of(op.operands[0]))
     padding = padding_pairs(op, rank)
+    base = optional_array(op, "base_dilations", rank, 1)
+    window = int_array(op.attributes["window_dimensions"])
+    strides = optional_array(op, "window_strides", rank, 1)
+    window_dilations = optional_array(op, "window_dilations", rank, 1)
+    out = shape_of(op.results[0])
+    dilated = {d: (Window(-padding[d][0], strides[d], (window[d] - 1) * window_dilations[d] + 1,
+                          out[d]), base[d])
+               for d in range(rank) if base[d] != 1}
 
     def halos(plan):
-        return _permuted_halos(p, op, plan)
+        return _permuted_halos(p, op, plan, dilated=dilated)
 
     plan = _setup(p, op, halos)
     if plan is None:
@@ -432,8 +578,8 @@ def _reduce_window_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         for halo in found:
             value = _window(p, op, plan, value, halo, init)
         new_op = p.create(op, [value, init], [local_type(op.results[0].type, plan.produced[0])])
-        windowed = {h.dim for h in found}
-        attr = _padding_attr([(0, 0) if d in windowed else padding[d] for d in range(rank)])
+        windowed = {h.dim: h.padding for h in found}
+        attr = _padding_attr([windowed.get(d, padding[d]) for d in range(rank)])
         if attr is not None:
             new_op.attributes["padding"] = attr
         return new_op.results
@@ -459,6 +605,10 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     lhs_dilation = optional_array(op, "lhs_dilation", spatial, 1)
     rhs_dilation = optional_array(op, "rhs_dilation", spatial, 1)
     padding = padding_pairs(op, spatial)
+    dilated = {lhs_spatial[i]: (Window(-padding[i][0], strides[i],
+                                       (n_rhs[rhs_spatial[i]] - 1) * rhs_dilation[i] + 1,
+                                       m_out[out_spatial[i]]), lhs_dilation[i])
+               for i in range(spatial) if lhs_dilation[i] != 1}
 
     def one_split_per_dim(rule, axes):
         # Devices must hold whole groups: then only the group count changes.
@@ -482,7 +632,7 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
             size, windows, kernel = n_lhs[lhs_dim], m_out[out_dim], n_rhs[rhs_dim]
             if dim_axes == plan.produced[0].dim_axes[out_dim]:
                 # Windows split: each device reads the input under its windows.
-                halo = _window_halo(p, op, plan, 0, lhs_dim)
+                halo = _window_halo(p, op, plan, 0, lhs_dim, dilated)
                 if halo is not None:
                     found.append(halo)
             elif lhs_dilation[i] != 1:
@@ -505,24 +655,28 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
     def emit(operands):
         lhs, rhs = operands
+        # The padding of an uneven split must add nothing: zero the kernel's
+        # (every dim a device sums over is one of its dims) and the input
+        # features'; the windows' halos are zero outside the input already.
+        for rhs_dim, size in enumerate(n_rhs):
+            rhs = _zero_padding(p, rhs, rhs_dim, plan.required[1].dim_axes[rhs_dim], size)
+        lhs_feature = numbers.input_feature_dimension
+        lhs = _zero_padding(p, lhs, lhs_feature, plan.required[0].dim_axes[lhs_feature],
+                            n_lhs[lhs_feature])
         found = halos(plan)
         for halo in found:
             lhs = _window(p, op, plan, lhs, halo)
-        for rhs_dim in rhs_spatial:
-            dim_axes = plan.required[1].dim_axes[rhs_dim]
-            if dim_axes and n_rhs[rhs_dim] % p.mesh.axes_size(dim_axes):
-                rhs = p.emitter.mask_padding(rhs, rhs_dim, dim_axes, n_rhs[rhs_dim])
         new_op = p.create(op, [lhs, rhs], [local_type(op.results[0].type, plan.produced[0])])
-        windowed = {h.dim for h in found}
-        attr = _padding_attr([(0, 0) if lhs_spatial[i] in windowed else padding[i]
-                              for i in range(spatial)])
+        windowed = {h.dim: h.padding for h in found}
+        attr = _padding_attr([windowed.get(lhs_spatial[i], padding[i]) for i in range(spatial)])
         if attr is not None:
             new_op.attributes["padding"] = attr
         for count_attr, group, _ in groups:
             if plan.axes[group]:
+                # An uneven split pads the last devices with whole groups.
                 count = ir.IntegerAttr(op.attributes[count_attr]).value
                 new_op.attributes[count_attr] = ir.IntegerAttr.get(
-                    ir.IntegerType.get_signless(64), count // p.mesh.axes_size(plan.axes[group]))
+                    ir.IntegerType.get_signless(64), _shard(p, count, plan.axes[group]))
         return new_op.results
 
     plan.detail = emit
@@ -530,6 +684,15 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
 
 windowed_strategy("stablehlo.convolution", _convolution_plan)
+
+
+def _zero_padding(p: Partitioner, local: ir.Value, dim: int, dim_axes: tuple,
+                  size: int) -> ir.Value:
+    """`local` with the padding of an uneven split of `dim` zeroed."""
+    if not dim_axes or size % p.mesh.axes_size(dim_axes) == 0:
+        return local
+    return p.emitter.mask_padding(local, dim, dim_axes, size)
+
 
 def _select_and_scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     n_in, m_src = shape_of(op.operands[0]), shape_of(op.operands[1])

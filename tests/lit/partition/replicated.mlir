@@ -4,33 +4,32 @@
 // global shapes with its attributes unchanged, the result sliced to its
 // sharding.
 
-// pad with interior padding of a row-sharded [8,8] on 4 devices (no
-// window holds spread-out rows): gather the rows (all_gather dim 0,
-// 2x8 -> 8x8), pad the whole tensor (-> 15x8), keep rows [4k, 4k+4) of
-// the 16 (15 padded by one) on device k (table [0, 4, 8, 12]).
+// cholesky (no rule, so no partitioned form) of a row-sharded [6,6] on 4
+// devices (2, 2, 2 and 0 rows): gather the rows (all_gather dim 0, 2x6 ->
+// 8x6, less the padding -> 6x6), factor the whole matrix, keep rows
+// [2k, 2k+2) of the 8 (6 padded by two) on device k (table [0, 2, 4, 6]).
 
 // CHECK-LABEL: func.func public @main
-// CHECK: %[[A:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : ({{.*}}) -> tensor<2x8xf32>
-// CHECK-NEXT: %[[ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+// CHECK: %[[A:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : ({{.*}}) -> tensor<2x6xf32>
 // CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[A]])
 // CHECK-SAME: all_gather_dim = 0 : i64
 // CHECK-SAME: replica_groups = dense<{{\[\[}}0, 1, 2, 3]]> : tensor<1x4xi64>
-// CHECK-SAME: (tensor<2x8xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[P:.*]] = stablehlo.pad %[[G]], %[[ZERO]], low = [0, 0], high = [0, 0], interior = [1, 0] : (tensor<8x8xf32>, tensor<f32>) -> tensor<15x8xf32>
-// CHECK: %[[WHOLE:.*]] = stablehlo.pad %[[P]], {{.*}} -> tensor<16x8xf32>
-// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 4, 8, 12]> : tensor<4xi32>
+// CHECK-SAME: (tensor<2x6xf32>) -> tensor<8x6xf32>
+// CHECK-NEXT: %[[ROWS:.*]] = stablehlo.slice %[[G]] [0:6, 0:6]
+// CHECK-NEXT: %[[L:.*]] = stablehlo.cholesky %[[ROWS]], lower = true : tensor<6x6xf32>
+// CHECK: %[[WHOLE:.*]] = stablehlo.pad %[[L]], {{.*}} -> tensor<8x6xf32>
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 2, 4, 6]> : tensor<4xi32>
 // CHECK-NEXT: %[[PID:.*]] = stablehlo.partition_id : tensor<ui32>
 // CHECK-NEXT: %[[E:.*]] = stablehlo.dynamic_slice %[[TABLE]], %[[PID]], sizes = [1]
 // CHECK-NEXT: %[[OFF:.*]] = stablehlo.reshape %[[E]] : (tensor<1xi32>) -> tensor<i32>
 // CHECK-NEXT: %[[Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
-// CHECK-NEXT: %[[MINE:.*]] = stablehlo.dynamic_slice %[[WHOLE]], %[[OFF]], %[[Z]], sizes = [4, 8] : (tensor<16x8xf32>, tensor<i32>, tensor<i32>) -> tensor<4x8xf32>
-// CHECK-NEXT: stablehlo.custom_call @Sharding(%[[MINE]]) {mhlo.sharding = "{manual}"} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[MINE:.*]] = stablehlo.dynamic_slice %[[WHOLE]], %[[OFF]], %[[Z]], sizes = [2, 6] : (tensor<8x6xf32>, tensor<i32>, tensor<i32>) -> tensor<2x6xf32>
+// CHECK-NEXT: stablehlo.custom_call @Sharding(%[[MINE]]) {mhlo.sharding = "{manual}"} : (tensor<2x6xf32>) -> tensor<2x6xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
-  func.func @pad(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
-      -> (tensor<15x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
-    %z = stablehlo.constant dense<0.0> : tensor<f32>
-    %0 = stablehlo.pad %a, %z, low = [0, 0], high = [0, 0], interior = [1, 0] : (tensor<8x8xf32>, tensor<f32>) -> tensor<15x8xf32>
-    return %0 : tensor<15x8xf32>
+  func.func @cholesky(%a: tensor<6x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<6x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = stablehlo.cholesky %a, lower = true : tensor<6x6xf32>
+    return %0 : tensor<6x6xf32>
   }
 }
 

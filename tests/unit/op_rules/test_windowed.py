@@ -287,6 +287,12 @@ def test_convolution_gradients_from_jax_have_rules():
 
 
 
+def test_convolution_padding_of_an_uneven_split_is_zeroed_before_it_is_summed():
+    # The kernel's window and the input features are REDUCTION factors an
+    # uneven split may keep: the padding is masked to zero, as dot_general's.
+    assert conv_rule("4x9x8x3", "9x3x3x16", "4x3x6x16", pad="[[1, 1], [0, 0]]").masks_padding
+
+
 def test_dynamic_shapes_have_no_rule():
     rule = rule_of("""
       func.func @main(%a: tensor<?x10xf32>) -> tensor<?x10xf32> {

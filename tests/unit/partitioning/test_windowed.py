@@ -160,3 +160,109 @@ def test_convolution_with_split_output_features_is_local():
                                               (r"^result$", (None, None, None, "m"))],
                          rtol=1e-4, atol=1e-4)
     assert not any(counts.values())
+
+
+def _compare_text(text, mesh, args, rtol=1e-4, atol=1e-4):
+    """`_compare` for a StableHLO program whose ops carry their shardings."""
+    partitioned = ss.partition(text, mesh)
+    got, want = ss.run(partitioned, args), ss.run_single_device(text, args)
+    for index, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol,
+                                   err_msg=f"result #{index}")
+    return partitioned
+
+
+def _moved_elements(partitioned):
+    """Per collective, the elements of its (per-device) result."""
+    return [int(np.prod([int(d) for d in shape.split("x")]))
+            for shape in re.findall(r'"stablehlo\.(?:all_gather|all_reduce|reduce_scatter|'
+                                    r'all_to_all|collective_permute)".*-> tensor<([0-9x]+)x[a-z]',
+                                    partitioned)]
+
+
+def _grouped_conv(lhs, rhs, out, dims, pad, counts, shardings, mesh):
+    """A one-spatial-dim convolution with a sharding on each value."""
+    lhs_sharding, rhs_sharding, out_sharding = shardings
+    return f"""
+module attributes {{spmd.mesh = #sdy.mesh<[{mesh}]>}} {{
+  func.func @main(%x: tensor<{lhs}xf32> {{mhlo.sharding = "{lhs_sharding}"}},
+                  %w: tensor<{rhs}xf32> {{mhlo.sharding = "{rhs_sharding}"}})
+      -> (tensor<{out}xf32> {{mhlo.sharding = "{out_sharding}"}}) {{
+    %0 = stablehlo.convolution(%x, %w) dim_numbers = {dims},
+        window = {{stride = [1], pad = [{pad}], lhs_dilate = [1], rhs_dilate = [1]}}
+        {{batch_group_count = {counts[0]} : i64, feature_group_count = {counts[1]} : i64,
+          mhlo.sharding = "{out_sharding}"}}
+        : (tensor<{lhs}xf32>, tensor<{rhs}xf32>) -> tensor<{out}xf32>
+    return %0 : tensor<{out}xf32>
+  }}
+}}"""
+
+
+@pytest.mark.parametrize("program, shapes", [
+    # Depthwise forward, input and kernel split on the channels, result
+    # wanted on the batch: convolve 2 channels a device, move the result.
+    (_grouped_conv("8x6x8", "3x1x8", "8x6x8", "[b, 0, f]x[0, i, o]->[b, 0, f]", "[1, 1]",
+                   (1, 8), ("{devices=[1,1,4]<=[4]}",) * 2 + ("{devices=[4,1,1]<=[4]}",),
+                   '"x"=4'), ((8, 6, 8), (3, 1, 8))),
+    # A depthwise kernel gradient (batch groups = channels), operands split
+    # on the channels, result wanted on its windows.
+    (_grouped_conv("2x8x8", "2x7x8", "4x1x8", "[f, 0, b]x[i, 0, o]->[0, b, f]", "[1, 1]",
+                   (8, 1), ("{devices=[1,1,4]<=[4]}",) * 2 + ("{devices=[4,1,1]<=[4]}",),
+                   '"x"=4'), ((2, 8, 8), (2, 7, 8))),
+    # The same with the rows split unevenly (9 over 2) on "a" and the
+    # channels on "b", the result wanted on the channels over "a": each
+    # device sums its rows of every window (masking the padding row).
+    (_grouped_conv("2x9x4", "2x9x4", "3x1x4", "[f, 0, b]x[i, 0, o]->[0, b, f]", "[1, 1]",
+                   (4, 1), ("{devices=[1,2,2]<=[4]}",) * 2
+                   + ("{devices=[1,1,2,2]<=[4] last_tile_dim_replicate}",), '"a"=2, "b"=2'),
+     ((2, 9, 4), (2, 9, 4))),
+])
+def test_grouped_convolution_runs_where_its_groups_are(program, shapes):
+    # Nothing the size of an operand moves: only the result (or a halo row).
+    args = [np.asarray(_random(*shape)) for shape in shapes]
+    partitioned = _compare_text(program, None, args)
+    assert '"stablehlo.all_gather"' not in partitioned
+    out_shape = re.search(r"-> \(tensor<([0-9x]+)xf32>", program).group(1)
+    out_elements = int(np.prod([int(d) for d in out_shape.split("x")]))
+    assert all(moved <= out_elements for moved in _moved_elements(partitioned))
+
+
+def test_uneven_channel_split_of_a_depthwise_convolution():
+    # 6 channels over 4 devices: 2, 2, 2 and 0 groups (the last padded).
+    args = (_random(2, 8, 8, 6), _random(3, 3, 1, 6))
+    spec = (None, None, None, "c")
+    _, counts = _compare(lambda x, k: jax.lax.conv_general_dilated(
+        x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        feature_group_count=6), args, "c=4",
+        [(r"^x$", spec), (r"^k$", spec), (r"^result$", spec)], rtol=1e-4, atol=1e-4)
+    assert not any(counts.values())
+
+
+def _input_gradient_of_strided_conv(kernel, dy):
+    x = jnp.zeros((2, 16, 16, 4), jnp.float32)
+    return jax.vjp(lambda x: _conv(x, kernel, (2, 2)), x)[1](dy)[0]
+
+
+def _sum_pool_transposed(x):
+    # The transpose of a 2x2, stride-2 sum pooling: base dilation 2.
+    return jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 2, 2, 1), (1, 1, 1, 1),
+                                 ((0, 0), (1, 1), (1, 1), (0, 0)), base_dilation=(1, 2, 2, 1))
+
+
+def _upsample_with_zeros(x):
+    return jax.lax.pad(x, 0.0, ((0, 0, 0), (0, 1, 1), (0, 1, 1), (0, 0, 0)))
+
+
+@pytest.mark.parametrize("fn, shapes", [
+    (_input_gradient_of_strided_conv, [(3, 3, 4, 5), (2, 8, 8, 5)]),
+    (_sum_pool_transposed, [(2, 8, 8, 3)]),
+    (_upsample_with_zeros, [(2, 8, 8, 3)]),
+])
+def test_base_dilated_windows_exchange_halos_only(fn, shapes):
+    # Rows split 4 ways: every device's windows start at the same phase of
+    # the dilation, so each reads its own rows and at most one neighbour's.
+    args = tuple(_random(*shape) for shape in shapes)
+    rules = [(r"^(x|dy)$", SPATIAL), (r"^result$", SPATIAL)]
+    partitioned, counts = _compare(fn, args, "h=4,w=2", rules, rtol=1e-4, atol=1e-4)
+    assert counts["all_gather"] == 0 and counts["all_to_all"] == 0
+    assert counts["all_reduce"] == 0 and counts["collective_permute"] <= 2
