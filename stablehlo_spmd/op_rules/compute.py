@@ -1,4 +1,4 @@
-"""Contractions and reductions: dot_general and reduce.
+"""Contractions and reductions: dot_general (and the legacy dot) and reduce.
 
 Their REDUCTION factors are where partial (unreduced) values are born: a
 sharded contracting or reduced dimension leaves each device a partial result
@@ -18,9 +18,27 @@ from stablehlo_spmd.shapes import shape_of
 def _dot_general(op: ir.Operation):
     """``([b,m,k],[b,k,n])->([b,m,n])``, k a sum-reduction; bilinear in its operands."""
     numbers = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-    lhs_batch, rhs_batch = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
-    lhs_contract = list(numbers.lhs_contracting_dimensions)
-    rhs_contract = list(numbers.rhs_contracting_dimensions)
+    return _contraction(op, list(numbers.lhs_batching_dimensions),
+                        list(numbers.rhs_batching_dimensions),
+                        list(numbers.lhs_contracting_dimensions),
+                        list(numbers.rhs_contracting_dimensions))
+
+
+@register("stablehlo.dot")
+def _dot(op: ir.Operation):
+    """The legacy dot (what XLA's HLO ``dot`` of a matrix or vector converts
+    to): ``([m,k],[k,n])->([m,n])``, a dot_general contracting the lhs's last
+    dim with the rhs's first, with no batch dims."""
+    lhs_shape, rhs_shape = shape_of(op.operands[0]), shape_of(op.operands[1])
+    if lhs_shape is None or rhs_shape is None or not lhs_shape or not rhs_shape:
+        return None
+    return _contraction(op, [], [], [len(lhs_shape) - 1], [0])
+
+
+def _contraction(op: ir.Operation, lhs_batch: list[int], rhs_batch: list[int],
+                 lhs_contract: list[int], rhs_contract: list[int]):
+    """The rule of a contraction: batch dims shared, free dims passed
+    through in order (lhs's, then rhs's), contracting dims sum-reduced."""
     lhs_shape, rhs_shape = shape_of(op.operands[0]), shape_of(op.operands[1])
     builder = RuleBuilder([len(lhs_shape), len(rhs_shape)], [len(shape_of(op.results[0]))])
     result_dim = 0

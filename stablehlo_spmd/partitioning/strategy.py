@@ -195,16 +195,26 @@ def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[S
         kind = rule.factor_kinds[factor]
         keep = kind is FactorKind.PASS_THROUGH or (kind is FactorKind.REDUCTION
                                                    and rule.reduction is not None)
+        # A factor whose axes another factor took keeps the major axes before
+        # the first one taken: a prefix is a coarser split of the same dim,
+        # which the local op can run on while the rest of the split waits for
+        # the result's reshard.  (XLA's partitioner likewise keeps a weight
+        # split on its non-contracting dim when the contracting dim took the
+        # other axis, and reduce-scatters the partial product onto the rest.)
+        kept = []
+        for axis in axes[factor] if keep else ():
+            if axis in used:
+                break
+            kept.append(axis)
         # Padding of an uneven shard is harmless where each element is
         # computed on its own, but a reduction would read it and a
         # compound (reshaped) dim would misplace it: those must divide.
-        uneven = rule.factor_sizes[factor] % mesh.axes_size(axes[factor])
+        uneven = rule.factor_sizes[factor] % mesh.axes_size(kept)
         if uneven and (factor in compound or (kind is FactorKind.REDUCTION
                                               and not rule.masks_padding)):
-            keep = False
-        if not keep or used & set(axes[factor]):
-            axes[factor] = ()
-        used.update(axes[factor])
+            kept = []
+        axes[factor] = tuple(kept)
+        used.update(kept)
     # A compound (reshaped) dim is split major to minor: a factor can run
     # over axes only when every factor before it in the dim is split into
     # exactly its size.  (8 -> 2x2x2 with the middle dim over x is no

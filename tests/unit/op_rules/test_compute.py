@@ -29,6 +29,24 @@ def test_dot_general_contracting_major_on_lhs():
            SEPARATE, (0, 1), "sum")
 
 
+def test_legacy_dot_of_matrices_and_of_a_matrix_and_a_vector():
+    # XLA's HLO dot converts to stablehlo.dot: the lhs's last dim against the
+    # rhs's first, as dot_general with no batch dims.
+    rule = rule_of("""
+      func.func @main(%a: tensor<8x16xf32>, %b: tensor<16x4xf32>) -> tensor<8x4xf32> {
+        %0 = stablehlo.dot %a, %b : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+        return %0 : tensor<8x4xf32>
+      }""", "stablehlo.dot")
+    expect(rule, {"m": (8, P), "n": (4, P), "k": (16, R)}, ["mk", "kn"], ["mn"],
+           SEPARATE, (0, 1), "sum")
+    rule = rule_of("""
+      func.func @main(%a: tensor<8x16xf32>, %b: tensor<16xf32>) -> tensor<8xf32> {
+        %0 = stablehlo.dot %a, %b : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8xf32>
+        return %0 : tensor<8xf32>
+      }""", "stablehlo.dot")
+    expect(rule, {"m": (8, P), "k": (16, R)}, ["mk", "k"], ["m"], SEPARATE, (0, 1), "sum")
+
+
 REDUCE = """
   func.func @main(%a: tensor<4x8xf32>) -> tensor<4xf32> {{
     %init = stablehlo.constant dense<{init}> : tensor<f32>

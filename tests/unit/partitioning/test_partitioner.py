@@ -213,3 +213,29 @@ def test_moe_layer_exchanges_tokens_with_all_to_all():
                       "collective_permute": 0}
     # Each device returns its own token group of the result: [1, 4, 16].
     assert re.search(r"sdy\.return %\S+ : tensor<1x4x16xf32>", partitioned)
+
+
+LEGACY_DOT = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=4]>} {
+  func.func @main(%a: tensor<16x32xf32> {mhlo.sharding = "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"},
+                  %b: tensor<32x16xf32> {mhlo.sharding = "{devices=[4,2]<=[2,4]T(1,0)}"})
+      -> (tensor<16x16xf32> {mhlo.sharding = "{devices=[1,8]<=[8]}"}) {
+    %0 = stablehlo.dot %a, %b : (tensor<16x32xf32>, tensor<32x16xf32>) -> tensor<16x16xf32>
+    return %0 : tensor<16x16xf32>
+  }
+}
+"""
+
+
+def test_legacy_dot_runs_on_local_blocks_and_reduce_scatters_the_product():
+    # XLA's HLO dot arrives as stablehlo.dot: contracting dim split on both
+    # operands, the result wanting the rhs's free dim over every device.  No
+    # operand moves; the partial product is summed onto the result's split.
+    partitioned = ss.run_passes(LEGACY_DOT, "builtin.module(spmd-propagate,spmd-partition)")
+    counts = {kind: len(re.findall(rf'"?stablehlo\.{kind}"?\(', partitioned)) for kind in COLLECTIVES}
+    assert counts == {"all_reduce": 0, "all_gather": 0, "reduce_scatter": 1, "all_to_all": 0,
+                      "collective_permute": 0}
+    inputs = [np.asarray(_random(16, 32)), np.asarray(_random(32, 16))]
+    (got,) = ss.run(partitioned, inputs)
+    (want,) = ss.run_single_device(LEGACY_DOT, inputs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
