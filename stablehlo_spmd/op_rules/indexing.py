@@ -89,7 +89,10 @@ def _gather(op: ir.Operation):
     being nothing to shard.  An offset dim sliced short of its operand dim
     is one NEED_REPLICATION factor of both (the operand's size).
 
-    Linear in the operand; the indices must be whole.
+    Linear in the operand; the indices must be whole.  The masked local
+    gather never reads the padding of an uneven indexed dim (indices are
+    clamped into the dim first), so such a dim may be split unevenly
+    (`masks_padding`).
     """
     shapes = static_shapes([op.operands[0], op.operands[1], op.results[0]])
     if shapes is None:
@@ -110,7 +113,8 @@ def _gather(op: ir.Operation):
           list(numbers.operand_batching_dims), list(numbers.start_indices_batching_dims),
           False, PASS, add)
     reduces = any(kind is REDUCE for kind in kinds)
-    return builder.build(UnreducedFlow.JOINT, (0,), reduction="sum" if reduces else None)
+    return builder.build(UnreducedFlow.JOINT, (0,), reduction="sum" if reduces else None,
+                         masks_padding=reduces)
 
 
 def _overwrites(op: ir.Operation) -> bool:

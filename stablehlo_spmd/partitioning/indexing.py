@@ -9,6 +9,11 @@ indexed dims (the embedding gradient, ``x.at[i].set(v)`` on split rows)
 are local scatters; scatter-adds, -maxes and -mins of updates split along
 their scatter dims leave partial results.  Other shapes decline and run
 replicated.
+
+An operand split unevenly is served where it lies, as GSPMD serves it:
+a gather clamps its indices into the dim before shifting them, and a
+scatter's index past the dim's end lands, if anywhere, in the last
+shard's padding, which nothing reads unmasked.
 """
 
 from __future__ import annotations
@@ -76,8 +81,6 @@ def _gather_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         for dim, dim_axes in enumerate(plan.required[0].dim_axes):
             if not dim_axes:
                 continue
-            if operand_shape[dim] % p.mesh.axes_size(dim_axes):
-                return False
             indexed = dim in index_map and dim not in batching
             if indexed and slice_sizes[dim] != 1:
                 return False
@@ -174,12 +177,10 @@ def _scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     index_map = list(numbers.scattered_dims_to_operand_dims)
     inserted = set(numbers.inserted_window_dims)
     batching = set(numbers.input_batching_dims)
-    operand_shape = shape_of(op.operands[0])
 
     def serves(plan: Plan) -> bool:
         for dim, dim_axes in enumerate(plan.required[0].dim_axes):
-            if dim_axes and (operand_shape[dim] % p.mesh.axes_size(dim_axes) or (
-                    dim in index_map and dim not in inserted and dim not in batching)):
+            if dim_axes and dim in index_map and dim not in inserted and dim not in batching:
                 return False
         return not _splits_index_vectors(plan, count, numbers.index_vector_dim)
 

@@ -84,3 +84,32 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %0 : tensor<64x8xf32>
   }
 }
+
+// -----
+
+// XLA's ScatterPartitionedOnTrivialSliceDims: 17 rows over 2 devices (9
+// and 8, plus a row of padding).  The same local scatter-add, the indices
+// shifted by 9 on device 1; an index past row 16 can only land in the
+// padding, which nothing reads.  Nothing moves.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: %[[ROWS:.*]] = stablehlo.constant dense<9> : tensor<i32>
+// CHECK-NEXT: %[[FIRST:.*]] = stablehlo.multiply %{{.*}}, %[[ROWS]] : tensor<i32>
+// CHECK-NEXT: %[[FIRSTS:.*]] = stablehlo.broadcast_in_dim %[[FIRST]], dims = [] : (tensor<i32>) -> tensor<2x3xi32>
+// CHECK-NEXT: %[[SHIFTED:.*]] = stablehlo.subtract %{{.*}}, %[[FIRSTS]] : tensor<2x3xi32>
+// CHECK-NEXT: "stablehlo.scatter"(%{{.*}}, %[[SHIFTED]], %{{.*}})
+// CHECK: }) : (tensor<9x9xf32>, tensor<2x3xi32>, tensor<2x3x9xf32>) -> tensor<9x9xf32>
+// CHECK-NOT: all_
+module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
+  func.func @uneven_rows(%t: tensor<17x9xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"},
+                         %i: tensor<2x3xi32> {mhlo.sharding = "{replicated}"},
+                         %u: tensor<2x3x9xf32> {mhlo.sharding = "{replicated}"})
+      -> (tensor<17x9xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"}) {
+    %0 = "stablehlo.scatter"(%t, %i, %u) <{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [2], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 2>}> ({
+    ^bb0(%old: tensor<f32>, %new: tensor<f32>):
+      %s = stablehlo.add %old, %new : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }) : (tensor<17x9xf32>, tensor<2x3xi32>, tensor<2x3x9xf32>) -> tensor<17x9xf32>
+    return %0 : tensor<17x9xf32>
+  }
+}

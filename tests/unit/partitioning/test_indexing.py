@@ -187,3 +187,28 @@ def test_variadic_overwriting_scatter_into_split_rows_moves_nothing():
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert not re.findall(r'"stablehlo\.(all_\w+|collective_permute)"', partitioned)
     assert partitioned.count('"stablehlo.scatter"') == 1
+
+
+def test_lookup_into_unevenly_split_rows_stays_a_masked_local_gather():
+    # 17 rows over 2 devices (9 and 8, plus a row of padding): indices are
+    # clamped into the 17 rows before the shift, so none reads the padding.
+    # (4 rows looked up: summing them moves less than gathering the table.)
+    ids = jnp.asarray([16, 0, 8, 9], jnp.int32)
+    counts = _compare(_lookup, (_random(17, 64), ids), "data=4,model=2", [
+        (r"^table$", ("model", None)), (r"^ids$", (None,)), (r"^result$", (None, None))])
+    assert counts == {**NOTHING, "all_reduce": 1}
+
+
+@pytest.mark.parametrize("combine", ["set", "add", "max"])
+def test_scatter_into_unevenly_split_rows_moves_nothing(combine):
+    # XLA's ScatterPartitionedOnTrivialSliceDims shape: 17 rows over 2.
+    # Indices past the end (17, 18) are skipped on one device; on the
+    # device with padding they land in it, which no one reads.
+    def scatter(table, ids, updates):
+        return getattr(table.at[ids], combine)(updates, mode="drop")
+
+    ids = jnp.asarray([3, 16, 8, 9, 17, 18, 0], jnp.int32)
+    counts = _compare(scatter, (_random(17, 9), ids, _random(7, 9)), "data=4,model=2", [
+        (r"^table$", ("model", None)), (r"^ids$", (None,)), (r"^updates$", (None, None)),
+        (r"^result$", ("model", None))])
+    assert counts == NOTHING
