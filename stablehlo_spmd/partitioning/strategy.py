@@ -252,8 +252,14 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
             continue
         operand_layout = layout(p, dims, axes)
         source = p.shardings.get(operand)
+        # (Not when another operand claimed a pending axis for one of this
+        # operand's dims, say a contracting dim split over it: a partial
+        # value cannot also be split over the axis it is pending on, so it
+        # is summed first.)
         if (source is not None and source.unreduced and rule.unreduced is not UnreducedFlow.NONE
-                and index in rule.linear_operands and set(source.unreduced) <= result_partial):
+                and index in rule.linear_operands and set(source.unreduced) <= result_partial
+                and set(source.unreduced).isdisjoint(
+                    a for dim_axes in operand_layout.dim_axes for a in dim_axes)):
             operand_layout = dataclasses.replace(operand_layout, unreduced=source.unreduced,
                                                  reduction=source.reduction)
             partial_operands.append(index)

@@ -239,3 +239,31 @@ def test_legacy_dot_runs_on_local_blocks_and_reduce_scatters_the_product():
     (got,) = ss.run(partitioned, inputs)
     (want,) = ss.run_single_device(LEGACY_DOT, inputs)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+PARTIAL_INTO_A_SPLIT_CONTRACTION = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
+  func.func @main(%a: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"},
+                  %b: tensor<16x4xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"},
+                  %c: tensor<4x8xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{replicated}"}) {
+    %p = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
+      : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+    %q = stablehlo.dot_general %p, %c, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
+      : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+    return %q : tensor<8x8xf32>
+  }
+}
+"""
+
+
+def test_a_partial_operand_is_summed_before_a_contraction_splits_it_over_the_same_axis():
+    # p is pending a sum over x, and c splits the second contraction over x
+    # too: p cannot stay partial and be split over x at once (it used to be
+    # an invalid sharding, raised from inside the partitioner), so it is
+    # summed and split, and q's own partial is summed at the result.
+    partitioned = ss.run_passes(PARTIAL_INTO_A_SPLIT_CONTRACTION, "builtin.module(spmd-partition)")
+    inputs = [np.asarray(_random(8, 16)), np.asarray(_random(16, 4)), np.asarray(_random(4, 8))]
+    (got,) = ss.run(partitioned, inputs)
+    (want,) = ss.run_single_device(PARTIAL_INTO_A_SPLIT_CONTRACTION, inputs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
