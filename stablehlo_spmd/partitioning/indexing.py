@@ -81,10 +81,9 @@ def _gather_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         for dim, dim_axes in enumerate(plan.required[0].dim_axes):
             if not dim_axes:
                 continue
-            indexed = dim in index_map and dim not in batching
-            if indexed and slice_sizes[dim] != 1:
-                return False
-            if not indexed and dim not in batching and slice_sizes[dim] != operand_shape[dim]:
+            whole = slice_sizes[dim] == operand_shape[dim]
+            trivial = dim in index_map and slice_sizes[dim] == 1
+            if not (whole or trivial or dim in batching):
                 return False
         return not _splits_index_vectors(plan, 1, numbers.index_vector_dim)
 
@@ -113,8 +112,10 @@ def emit_gather(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     operand_layout = plan.required[0]
     local_operand, local_indices = operands
     local_operand_shape = operand_layout.shard_shape(operand_shape)
-    local_slice_sizes = [local_operand_shape[d] if (slice_sizes[d] == operand_shape[d]
-                                                      and d not in index_map) else size
+    # A slice covering its whole dim covers the whole shard; its start,
+    # indexed or not, is clamped to 0 on every device as on one.
+    whole = [size == operand_shape[d] for d, size in enumerate(slice_sizes)]
+    local_slice_sizes = [local_operand_shape[d] if whole[d] else size
                          for d, size in enumerate(slice_sizes)]
     mask = None
     index_type = local_indices.type
@@ -123,7 +124,7 @@ def emit_gather(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     for k, dim in enumerate(index_map):
         component = index_component(local_indices, vector_dim, k)
         dim_axes = operand_layout.dim_axes[dim]
-        if dim_axes and dim not in batching:
+        if dim_axes and dim not in batching and not whole[dim]:
             size = local_operand_shape[dim]
             # Clamp as gather itself would, before shifting into the shard.
             component = hlo.ClampOp(_scalar(0, element), component,
@@ -168,23 +169,15 @@ def _zero_outside(mask: ir.Value, gathered: ir.Value, vector_dim: int, numbers) 
 
 
 def _scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
-    """`_partial_or_whole`'s plan, when every split operand dim is one a
-    local scatter can serve: a pass-through dim the updates cover whole, a
-    batching dim, or an indexed dim the updates are inserted into (one row
-    per index)."""
+    """`_partial_or_whole`'s plan.  Every operand dim the rule lets it split
+    a local scatter serves: a window dim the updates cover whole (indexed
+    or not: a window that starts anywhere but 0 is out of bounds on every
+    device as on one), a batching dim, or an inserted dim (one row per
+    index).  Only a split index vector has no local form."""
     count = len(op.results)
     numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
-    index_map = list(numbers.scattered_dims_to_operand_dims)
-    inserted = set(numbers.inserted_window_dims)
-    batching = set(numbers.input_batching_dims)
-
-    def serves(plan: Plan) -> bool:
-        for dim, dim_axes in enumerate(plan.required[0].dim_axes):
-            if dim_axes and dim in index_map and dim not in inserted and dim not in batching:
-                return False
-        return not _splits_index_vectors(plan, count, numbers.index_vector_dim)
-
-    return _partial_or_whole(p, op, serves)
+    return _partial_or_whole(
+        p, op, lambda plan: not _splits_index_vectors(plan, count, numbers.index_vector_dim))
 
 
 @strategy("stablehlo.scatter", plan=_scatter_plan)
@@ -206,14 +199,14 @@ def emit_scatter(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     count = len(op.results)
     numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
     index_map = list(numbers.scattered_dims_to_operand_dims)
-    batching = set(numbers.input_batching_dims)
     vector_dim = numbers.index_vector_dim
     operand_shape, indices_shape = shape_of(op.operands[0]), shape_of(op.operands[count])
     operand_layout = plan.required[0]
     local_operands, local_indices = list(operands[:count]), operands[count]
     local_operand_shape = operand_layout.shard_shape(operand_shape)
     element = local_indices.type.element_type
-    shifts = [bool(operand_layout.dim_axes[dim]) and dim not in batching for dim in index_map]
+    inserted = set(numbers.inserted_window_dims)
+    shifts = [bool(operand_layout.dim_axes[dim]) and dim in inserted for dim in index_map]
     components, shifted = [], any(shifts)
     for k, dim in enumerate(index_map if shifted else ()):
         component = index_component(local_indices, vector_dim, k)

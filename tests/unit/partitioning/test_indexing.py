@@ -212,3 +212,52 @@ def test_scatter_into_unevenly_split_rows_moves_nothing(combine):
         (r"^table$", ("model", None)), (r"^ids$", (None,)), (r"^updates$", (None, None)),
         (r"^result$", ("model", None))])
     assert counts == NOTHING
+
+
+_WHOLE_WINDOW_GATHER = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @main(%a: tensor<4x16x8xf32> {mhlo.sharding = "{devices=[1,4,1]<=[4]}"},
+                  %i: tensor<3x2xi32> {mhlo.sharding = "{replicated}"})
+      -> (tensor<3x4x16x2xf32> {mhlo.sharding = "{devices=[1,1,4,1]<=[4]}"}) {
+    %0 = "stablehlo.gather"(%a, %i) <{dimension_numbers = #stablehlo.gather<
+        offset_dims = [1, 2, 3], start_index_map = [1, 2], index_vector_dim = 1>,
+        slice_sizes = array<i64: 4, 16, 2>}>
+      : (tensor<4x16x8xf32>, tensor<3x2xi32>) -> tensor<3x4x16x2xf32>
+    return %0 : tensor<3x4x16x2xf32>
+  }
+}"""
+
+_WHOLE_WINDOW_SCATTER = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @main(%a: tensor<6x16xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"},
+                  %i: tensor<3x2xi32> {mhlo.sharding = "{replicated}"},
+                  %u: tensor<3x16xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"})
+      -> (tensor<6x16xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) {
+    %0 = "stablehlo.scatter"(%a, %i, %u) <{scatter_dimension_numbers = #stablehlo.scatter<
+        update_window_dims = [1], inserted_window_dims = [0],
+        scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1>}> ({
+    ^bb0(%old: tensor<f32>, %new: tensor<f32>):
+      stablehlo.return %new : tensor<f32>
+    }) : (tensor<6x16xf32>, tensor<3x2xi32>, tensor<3x16xf32>) -> tensor<6x16xf32>
+    return %0 : tensor<6x16xf32>
+  }
+}"""
+
+
+@pytest.mark.parametrize("text, args", [
+    # Column starts 0, 5 and 12 are all clamped to 0: every column is read.
+    (_WHOLE_WINDOW_GATHER, [np.arange(512, dtype=np.float32).reshape(4, 16, 8),
+                            np.array([[0, 1], [5, 6], [12, 0]], np.int32)]),
+    # Only the update starting at column 0 lands; the others are out of
+    # bounds (skipped) on every device as on one.
+    (_WHOLE_WINDOW_SCATTER, [np.zeros((6, 16), np.float32),
+                             np.array([[1, 0], [3, 4], [5, 0]], np.int32),
+                             np.arange(48, dtype=np.float32).reshape(3, 16)]),
+])
+def test_indexed_dim_under_a_whole_window_is_a_pass_through(text, args):
+    # XLA's GatherPassthrough and ScatterExplicitBatchAndOperandPassthroughDims:
+    # an indexed dim whose window covers it whole stays split, untouched.
+    partitioned = ss.partition(text)
+    for got, want in zip(ss.run(partitioned, args), ss.run_single_device(text, args)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert not re.findall(r'"stablehlo\.(all_\w+|collective_permute)"', partitioned)
