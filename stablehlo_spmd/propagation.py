@@ -575,8 +575,28 @@ class Propagator:
             return not state.unreduced
         if operand not in node.rule.linear_operands:
             return False
-        return all(set(state.unreduced) <= set(self.states[r].unreduced)
-                   for r in node.results if r != NO_VALUE)
+        if not all(set(state.unreduced) <= set(self.states[r].unreduced)
+                   for r in node.results if r != NO_VALUE):
+            return False
+        if node.rule.unreduced is UnreducedFlow.SEPARATE:
+            # Linear in each operand alone: a product of two pending sums is
+            # not the sum of the products, so one partial operand is kept
+            # and the others are summed.  (Unreduced only grows, so a second
+            # operand can turn partial after the result already did.)
+            return operand == self._kept_partial(node)
+        return True
+
+    def _kept_partial(self, node: Node) -> int | None:
+        """The one partial operand a SEPARATE node keeps partial: the first
+        whose pending axes its results carry."""
+        results = [self.states[r] for r in node.results if r != NO_VALUE]
+        for index in node.rule.linear_operands:
+            if index >= len(node.operands) or node.operands[index] == NO_VALUE:
+                continue
+            pending = set(self.states[node.operands[index]].unreduced)
+            if pending and all(pending <= set(r.unreduced) for r in results):
+                return index
+        return None
 
     def explain(self, value: int, describe) -> list[str]:
         """The chain from `value` back to an annotation, one line per step."""

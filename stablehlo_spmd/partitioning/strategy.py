@@ -256,10 +256,13 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
         # operand's dims, say a contracting dim split over it: a partial
         # value cannot also be split over the axis it is pending on, so it
         # is summed first.)
+        # Linear in each operand alone (SEPARATE): one partial operand at most;
+        # a product of pending sums is not the sum of the products.
         if (source is not None and source.unreduced and rule.unreduced is not UnreducedFlow.NONE
                 and index in rule.linear_operands and set(source.unreduced) <= result_partial
                 and set(source.unreduced).isdisjoint(
-                    a for dim_axes in operand_layout.dim_axes for a in dim_axes)):
+                    a for dim_axes in operand_layout.dim_axes for a in dim_axes)
+                and not (rule.unreduced is UnreducedFlow.SEPARATE and partial_operands)):
             operand_layout = dataclasses.replace(operand_layout, unreduced=source.unreduced,
                                                  reduction=source.reduction)
             partial_operands.append(index)

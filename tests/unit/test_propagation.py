@@ -531,3 +531,20 @@ def test_the_answer_does_not_depend_on_hash_seeds_or_repetition():
         run = subprocess.run([sys.executable, "-c", script], env=env, check=True,
                              capture_output=True, text=True)
         assert run.stdout.splitlines() == first, f"PYTHONHASHSEED={seed}"
+
+
+def test_a_product_keeps_one_partial_operand_and_sums_the_other():
+    # Mixtral's router loss: both factors of a product turned partial, the
+    # result already partial (unreduced only grows, so it had been marked
+    # while one factor was).  sum(a) * sum(b) is not sum(a * b): the
+    # product keeps one pending sum and needs the other summed first.
+    g = Graph()
+    a = g.pin(g.value(4, 16), (), (), unreduced=X)
+    b = g.pin(g.value(4, 16), (), (), unreduced=X)
+    product = g.pin(g.elementwise("multiply", a, b, unreduced=SEPARATE, linear=(0, 1)),
+                    (), (), unreduced=X)
+    p = g.solve()
+    assert unreduced(p, product) == X
+    multiply = 0
+    assert p.accepts_unreduced(multiply, 0)
+    assert not p.accepts_unreduced(multiply, 1)
