@@ -197,30 +197,41 @@ class Emitter:
     @_placed
     def halo_window(self, value: ir.Value, dim: int, axes: Sequence[str], global_size: int,
                     offset: int, length: int, step: int = 0,
-                    fill: ir.Value | None = None) -> ir.Value | None:
+                    fill: ir.Value | None = None, live: int | None = None,
+                    starts: Sequence[int] | None = None,
+                    needed: Sequence[int] | None = None) -> ir.Value | None:
         """A window of `length` elements along `dim` of a tensor split over `axes`.
 
         `value` is this device's shard (s elements along `dim`, the last one
         padded when uneven).  The device at coordinate q gets global
-        elements ``[q*s + offset + q*step, ... + length)``: its own shard,
+        elements ``[q*s + offset + q*step, ... + length)`` (or from
+        ``q*s + starts[q]`` when `starts` is given): its own shard,
         shifted, with halos from its neighbours (one collective_permute each
-        way, of only the elements needed), and `fill` (a scalar, zero when
-        None) where the window leaves ``[0, global_size)``.  A constant
-        window (step 0) is cut with a static slice, others at a per-device
-        offset.  Returns None when some device's window reaches past its
-        neighbours' shards: the caller must reshard instead.
+        way, of only the elements inside ``[0, global_size)`` that some
+        device needs), and `fill` (a scalar, zero when None) where the
+        window leaves ``[0, global_size)``.  Devices from coordinate `live`
+        on (default: none) compute padding only: what they get does not
+        matter, and the device at coordinate q uses only the first
+        ``needed[q]`` elements of its window when `needed` is given.  A
+        constant window (step 0) is cut with a static slice, others at a
+        per-device offset.  Returns None when some device's
+        window reaches past its neighbours' shards: the caller must reshard
+        instead.
         """
         shape = _shape(value)
         size = shape[dim]
         count = self.mesh.axes_size(axes)
-        extent = halo_extent(size, count, offset, length, step)
+        live = count if live is None else min(live, count)
+        extent = halo_extent(size, count, offset, length, step, global_size, live, starts,
+                             needed)
         if extent is None:
             return None
         left, right = extent
-        starts = [offset + q * step for q in range(count)]
+        table = starts is not None
+        starts = list(starts) if table else [offset + q * step for q in range(count)]
         needs_mask = any(q * size + start < 0 or q * size + start + length > global_size
                          for q, start in enumerate(starts))
-        if _within_one_shard(size, offset, length, step):
+        if not table and _within_one_shard(size, offset, length, step):
             # Another device's shard holds the whole window: one hop there.
             value = self._edge(self.shift(value, axes, -(offset // size)), dim,
                                offset % size, offset % size + length)
@@ -235,7 +246,17 @@ class Emitter:
             pieces.append(self.shift(self._edge(value, dim, 0, right), axes, -1))
         if len(pieces) > 1:
             value = stablehlo.ConcatenateOp(pieces, dim).result
-        if step == 0:
+        # What a window reaches past the halos is outside the tensor (masked
+        # below): the buffer is only widened so that every cut stays in it.
+        before = max([left] + [-start for start in starts[:live]])
+        after = max([right] + [start + length - size for start in starts[:live]])
+        if before > left or after > right:
+            value = self._place(value, dim, before - left, before + size + after)
+        left = before
+        if table:
+            value = self.per_device_slice(value, dim, axes, [left + start for start in starts],
+                                          length)
+        elif step == 0:
             value = self._edge(value, dim, left + offset, left + offset + length)
         else:
             moved = self._lookup(tuple(axes), step)
@@ -246,9 +267,26 @@ class Emitter:
             sizes = _shape(value)
             sizes[dim] = length
             value = stablehlo.DynamicSliceOp(value, indices, sizes).result
-        if needs_mask:
+        if needs_mask and table:
+            inside = self._compare_positions(
+                _shape(value), dim, axes, 0, 0, [("GE", 0), ("LT", global_size)],
+                [q * size + start for q, start in enumerate(starts)])
+            value = self._select_inside(inside, value, fill)
+        elif needs_mask:
             value = self._mask_outside(value, dim, axes, size + step, offset, global_size, fill)
         return value
+
+    @_placed
+    def per_device_slice(self, value: ir.Value, dim: int, axes: Sequence[str],
+                         starts: Sequence[int], size: int) -> ir.Value:
+        """`size` elements of `dim` from ``starts[q]``, q this device's
+        coordinate over `axes`."""
+        start = self._table(tuple(axes), starts)
+        indices = [int_constant(0, start.type)] * len(_shape(value))
+        indices[dim] = start
+        sizes = _shape(value)
+        sizes[dim] = size
+        return stablehlo.DynamicSliceOp(value, indices, sizes).result
 
     @_placed
     def halo_window_transpose(self, value: ir.Value, dim: int, axes: Sequence[str],
@@ -329,11 +367,14 @@ class Emitter:
                                        [("GE", low), ("LT", high)])
 
     def _compare_positions(self, shape: Sequence[int], dim: int, axes: Sequence[str],
-                           stride: int, offset: int, bounds) -> ir.Value:
-        """The conjunction of ``q*stride + offset + i <direction> bound`` over `bounds`."""
+                           stride: int, offset: int, bounds,
+                           starts: Sequence[int] | None = None) -> ir.Value:
+        """The conjunction of ``q*stride + offset + i <direction> bound`` over
+        `bounds` (``starts[q] + i`` when `starts` is given)."""
         i32 = ir.IntegerType.get_signless(32, self.context)
         index_type = ir.RankedTensorType.get(list(shape), i32)
-        start = self._lookup(tuple(axes), stride)
+        start = (self._lookup(tuple(axes), stride) if starts is None
+                 else self._table(tuple(axes), starts))
         if ir.RankedTensorType(start.type).element_type != i32:
             start = stablehlo.ConvertOp(ir.RankedTensorType.get([], i32), start).result
         if offset:
@@ -444,7 +485,11 @@ class Emitter:
 
     def _lookup(self, axes: tuple[str, ...], scale: int) -> ir.Value:
         """``table[partition_id]`` where table[d] = device d's coordinate over `axes` * `scale`."""
-        table = [axis_coordinate(self.mesh, device, axes) * scale
+        return self._table(axes, [q * scale for q in range(self.mesh.axes_size(axes))])
+
+    def _table(self, axes: tuple[str, ...], values: Sequence[int]) -> ir.Value:
+        """``values[q]``, q this device's coordinate over `axes`."""
+        table = [values[axis_coordinate(self.mesh, device, axes)]
                  for device in range(self.mesh.size)]
         bits = 32 if max(table) < 2**31 else 64
         constant = stablehlo.ConstantOp(cached_attr(
@@ -455,15 +500,34 @@ class Emitter:
         return stablehlo.ReshapeOp(scalar, entry).result
 
 
-def halo_extent(shard_size: int, count: int, offset: int, length: int,
-                step: int = 0) -> tuple[int, int] | None:
+def halo_extent(shard_size: int, count: int, offset: int, length: int, step: int = 0,
+                global_size: int | None = None, live: int | None = None,
+                starts: Sequence[int] | None = None,
+                needed: Sequence[int] | None = None) -> tuple[int, int] | None:
     """(left, right): the halo widths `Emitter.halo_window` exchanges for these
-    windows, or None when one would reach past a neighbour's shard."""
-    if _within_one_shard(shard_size, offset, length, step):
+    windows, or None when one would reach past a neighbour's shard.
+
+    With `global_size`, only elements inside ``[0, global_size)`` are sent
+    (the rest of a window is the op's padding value), and only the first
+    `live` devices' windows count (the others compute padding only).
+    `starts` gives each device's start instead of `offset` and `step`, and
+    `needed` how much of its window each device uses.
+    """
+    if starts is None and _within_one_shard(shard_size, offset, length, step):
         return 0, 0
-    starts = [offset + q * step for q in range(count)]
-    left = max(0, -min(starts))
-    right = max(0, max(starts) + length - shard_size)
+    starts = list(starts) if starts is not None else [offset + q * step for q in range(count)]
+    if global_size is None:
+        left = max(0, -min(starts))
+        right = max(0, max(starts) + length - shard_size)
+    else:
+        live = count if live is None else min(live, count)
+        # Device 0 has nothing on its left, the last device nothing on its
+        # right, inside the tensor.
+        left = max([0] + [min(-start, q * shard_size) for q, start in enumerate(starts[:live])
+                          if q > 0])
+        used = needed if needed is not None else [length] * count
+        right = max([0] + [min(start + used[q], global_size - q * shard_size) - shard_size
+                           for q, start in enumerate(starts[:live]) if q < count - 1])
     if left > shard_size or right > shard_size:
         return None
     return left, right

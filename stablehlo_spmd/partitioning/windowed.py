@@ -65,8 +65,15 @@ from stablehlo_spmd.sharding import Sharding
 
 @dataclasses.dataclass(frozen=True)
 class Halo:
-    """Operand `operand`'s dim `dim` is read as windows (see `halo_window`);
-    the local op pads each window by `padding` (low, high) along `dim`."""
+    """Operand `operand`'s dim `dim` is read as windows (see `halo_window`;
+    `starts`, when given, is each device's start instead of `offset` and
+    `step`); the local op pads each window by `padding` (low, high) along
+    `dim`.  Devices from coordinate `live` on compute padding only (None:
+    none).  When `keep` is given, the local op computes ``max(keep)`` more
+    results than its share along the dim, the device at coordinate q keeps
+    its share from ``keep[q]`` on and reads only the first ``needed[q]``
+    elements of its window (the rest feeds results it drops).
+    """
 
     operand: int
     dim: int
@@ -74,6 +81,10 @@ class Halo:
     length: int
     step: int = 0
     padding: tuple[int, int] = (0, 0)
+    live: int | None = None
+    starts: tuple[int, ...] | None = None
+    keep: tuple[int, ...] = ()
+    needed: tuple[int, ...] | None = None
 
 
 def _ceil(a: int, b: int) -> int:
@@ -84,11 +95,14 @@ def _setup(p: Partitioner, op: ir.Operation,
            halos: Callable[[Plan], list[Halo]],
            forced: Callable[[OpRule, list[tuple]], None] | None = None,
            always: bool = False,
-           windowed_kinds: tuple[FactorKind, ...] = (FactorKind.PERMUTATION,)) -> Plan | None:
+           windowed_kinds: tuple[FactorKind, ...] = (FactorKind.PERMUTATION,),
+           clipped: bool = True) -> Plan | None:
     """The cheapest of the plans that align the op with its result or with
     one of its operands (`_alignments`), priced in bytes moved
     (`_moved_bytes`).  None when no window is left, unless `always` (the op
     has no generic path).  The plan's `detail` is the windows found.
+    `clipped`: a window reaching past the tensor or a neighbour's shard
+    only where it reads padding fits (see `_fits`).
 
     Aligning with an operand is what XLA's partitioner does when the result
     wants a layout the operands do not have (a grouped convolution whose
@@ -101,7 +115,8 @@ def _setup(p: Partitioner, op: ir.Operation,
     wanted = p.result_shardings(op)
     best: tuple[float, Plan] | None = None
     for target in _alignments(p, op, rule, wanted):
-        plan = _aligned_plan(p, op, rule, wanted, target, halos, forced, windowed_kinds)
+        plan = _aligned_plan(p, op, rule, wanted, target, halos, forced, windowed_kinds,
+                             clipped)
         cost = _moved_bytes(p, op, plan)
         if best is None or cost < best[0]:
             best = (cost, plan)
@@ -157,7 +172,7 @@ def _implied_sharding(p: Partitioner, dims, factor_axes_of) -> Sharding:
 def _aligned_plan(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[Sharding],
                   target: list[Sharding], halos: Callable[[Plan], list[Halo]],
                   forced: Callable[[OpRule, list[tuple]], None] | None,
-                  windowed_kinds: tuple[FactorKind, ...]) -> Plan:
+                  windowed_kinds: tuple[FactorKind, ...], clipped: bool) -> Plan:
     """Factor axes from `target` (as if the results wanted it), with the
     factors of `windowed_kinds` sharded as it wants them, less those on
     operand dims whose windows do not fit (reported as gathered); the
@@ -181,7 +196,7 @@ def _aligned_plan(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[S
                             if set(old) - set(new))
         plan = plan_from_axes(p, op, rule, wanted, axes, stripped)
         found = halos(plan)
-        misfits = [h for h in found if not _fits(p, op, plan.required, h)]
+        misfits = [h for h in found if not _fits(p, op, plan.required, h, clipped)]
         if not misfits:
             plan.detail = found
             return plan
@@ -198,14 +213,12 @@ def _moved_bytes(p: Partitioner, op: ir.Operation, plan: Plan) -> float:
     total = _reshard_bytes(p, op, plan)
     for halo in plan.detail:
         layout = plan.required[halo.operand]
-        dim_axes = layout.dim_axes[halo.dim]
-        if not dim_axes or halo.length < 0:
+        extent = _halo_extent(p, op, plan.required, halo)
+        if extent is None or not layout.dim_axes[halo.dim]:
             continue
         operand = op.operands[halo.operand]
-        shard = _shard(p, shape_of(operand)[halo.dim], dim_axes)
-        left, right = halo_extent(shard, p.mesh.axes_size(dim_axes), halo.offset, halo.length,
-                                  halo.step)
-        total += tensor_bytes(local_type(operand.type, layout)) * (left + right) / shard
+        shard = _shard(p, shape_of(operand)[halo.dim], layout.dim_axes[halo.dim])
+        total += tensor_bytes(local_type(operand.type, layout)) * sum(extent) / shard
     return total
 
 
@@ -214,16 +227,26 @@ def _gathered(operand: int, dim: int) -> Halo:
     return Halo(operand, dim, 0, -1)
 
 
-def _fits(p: Partitioner, op: ir.Operation, required, halo: Halo) -> bool:
+def _halo_extent(p: Partitioner, op: ir.Operation, required, halo: Halo,
+                 clipped: bool = True) -> tuple[int, int] | None:
+    """The halo widths `halo` exchanges (`halo_extent`); None where it does
+    not fit.  Unless `clipped`, every device's whole window must fit."""
     if halo.length < 0:
-        return False
-    layout = required[halo.operand]
-    dim_axes = layout.dim_axes[halo.dim]
+        return None
+    dim_axes = required[halo.operand].dim_axes[halo.dim]
     if not dim_axes:
-        return True
+        return 0, 0
     size = shape_of(op.operands[halo.operand])[halo.dim]
     count = p.mesh.axes_size(dim_axes)
-    return halo_extent(_ceil(size, count), count, halo.offset, halo.length, halo.step) is not None
+    if not clipped:
+        return halo_extent(_ceil(size, count), count, halo.offset, halo.length, halo.step,
+                           starts=halo.starts)
+    return halo_extent(_ceil(size, count), count, halo.offset, halo.length, halo.step, size,
+                       halo.live, halo.starts, halo.needed)
+
+
+def _fits(p: Partitioner, op: ir.Operation, required, halo: Halo, clipped: bool = True) -> bool:
+    return _halo_extent(p, op, required, halo, clipped) is not None
 
 
 def _window(p: Partitioner, op: ir.Operation, plan: Plan, local: ir.Value, halo: Halo,
@@ -231,9 +254,29 @@ def _window(p: Partitioner, op: ir.Operation, plan: Plan, local: ir.Value, halo:
     dim_axes = plan.required[halo.operand].dim_axes[halo.dim]
     size = shape_of(op.operands[halo.operand])[halo.dim]
     window = p.emitter.halo_window(local, halo.dim, dim_axes, size, halo.offset, halo.length,
-                                   halo.step, fill)
+                                   halo.step, fill, halo.live, halo.starts, halo.needed)
     assert window is not None, "checked by _fits"
     return window
+
+
+def _computed_type(result: ir.Value, plan: Plan, kept: dict[int, Halo]) -> ir.Type:
+    """The local op's result type: its share of the result, and the extra
+    windows a `Halo.keep` asks for along the result dims of `kept`."""
+    local = ir.RankedTensorType(local_type(result.type, plan.produced[0]))
+    shape = list(local.shape)
+    for dim, halo in kept.items():
+        shape[dim] += max(halo.keep, default=0)
+    return ir.RankedTensorType.get(shape, local.element_type)
+
+
+def _own_results(p: Partitioner, plan: Plan, local: ir.Value, kept: dict[int, Halo]) -> ir.Value:
+    """Each device's share of `local` (see `Halo.keep`)."""
+    for dim, halo in kept.items():
+        if halo.keep:
+            share = shape_of(local)[dim] - max(halo.keep)
+            local = p.emitter.per_device_slice(local, dim, plan.produced[0].dim_axes[dim],
+                                               halo.keep, share)
+    return local
 
 
 def _sharded(layout: Sharding | None, dim: int) -> tuple:
@@ -275,20 +318,38 @@ def _strided_halo(p: Partitioner, operand: int, dim: int, dim_axes: tuple, size:
     and last windows reach past them.  That padding is the same on every
     device when each device's windows start at the same phase of the
     dilation (``s_out * stride`` a multiple of it, as in the input gradient
-    of an evenly split strided convolution); otherwise the dim is gathered.
-    XLA's partitioner also serves that "same start pattern" with a halo
-    (and the others by computing extra windows and slicing them away).
+    of an evenly split strided convolution).  Otherwise, at stride 1, each
+    device reads from its own first element and the local op computes a
+    few more windows than its share, padded as the device whose first
+    window starts furthest before its first element needs, and each device
+    keeps its own windows (`Halo.keep`).  XLA's partitioner does the same.
+    At a larger stride the dim is gathered.
     """
     s_in, s_out = _shard(p, size, dim_axes), _shard(p, out_size, dim_axes)
+    live = _ceil(out_size, s_out)
     if (s_out * stride) % dilation:
-        return _gathered(operand, dim)
+        if stride != 1:
+            return _gathered(operand, dim)
+        # Device q's first window starts at dilated position q*s_out + offset.
+        starts = [q * s_out + offset for q in range(p.mesh.axes_size(dim_axes))]
+        firsts = [-(-start // dilation) for start in starts]
+        lasts = [(start + s_out + extent - 2) // dilation for start in starts]
+        before = [first * dilation - start for first, start in zip(firsts, starts)]
+        low = max(before)
+        keep = tuple(low - b for b in before)
+        needed = tuple(last - first + 1 for first, last in zip(firsts, lasts))
+        length = max(needed[:live])
+        windows = s_out + max(keep)
+        return Halo(operand, dim, 0, length, 0,
+                    (low, windows + extent - 2 - low - (length - 1) * dilation), live,
+                    tuple(first - q * s_in for q, first in enumerate(firsts)), keep, needed)
     first = -(-offset // dilation)                      # the first element read
     reach = offset + (s_out - 1) * stride + extent - 1  # the last position read
     last = reach // dilation
     if last < first:
         return _gathered(operand, dim)
     return Halo(operand, dim, first, last - first + 1, s_out * stride // dilation - s_in,
-                (first * dilation - offset, reach - last * dilation))
+                (first * dilation - offset, reach - last * dilation), live)
 
 
 # ------------------------------------------------------------ slice, pad
@@ -459,7 +520,7 @@ def _pad_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
             edges[halo.dim] = halo.padding
         result = hlo.PadOp(value, pad_value, [lo for lo, _ in edges], [hi for _, hi in edges],
                            interior).result
-        return [result]
+        return [_own_results(p, plan, result, {h.dim: h for h in found})]
 
     plan.detail = emit
     return plan
@@ -480,7 +541,8 @@ def _concatenate_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         if not dim_axes:
             return []
         s_out = _shard(p, total, dim_axes)
-        return [Halo(i, axis, -start, s_out, s_out - _shard(p, size, dim_axes))
+        return [Halo(i, axis, -start, s_out, s_out - _shard(p, size, dim_axes),
+                     live=_ceil(total, s_out))
                 for i, (start, size) in enumerate(zip(starts, sizes))]
 
     # Shardy calls the axis of a concatenation of unrelated tensors
@@ -577,12 +639,13 @@ def _reduce_window_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         found = halos(plan)
         for halo in found:
             value = _window(p, op, plan, value, halo, init)
-        new_op = p.create(op, [value, init], [local_type(op.results[0].type, plan.produced[0])])
+        kept = {h.dim: h for h in found}
+        new_op = p.create(op, [value, init], [_computed_type(op.results[0], plan, kept)])
         windowed = {h.dim: h.padding for h in found}
         attr = _padding_attr([windowed.get(d, padding[d]) for d in range(rank)])
         if attr is not None:
             new_op.attributes["padding"] = attr
-        return new_op.results
+        return [_own_results(p, plan, new_op.results[0], kept)]
 
     plan.detail = emit
     return plan
@@ -666,7 +729,8 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         found = halos(plan)
         for halo in found:
             lhs = _window(p, op, plan, lhs, halo)
-        new_op = p.create(op, [lhs, rhs], [local_type(op.results[0].type, plan.produced[0])])
+        kept = {out_spatial[lhs_spatial.index(h.dim)]: h for h in found}
+        new_op = p.create(op, [lhs, rhs], [_computed_type(op.results[0], plan, kept)])
         windowed = {h.dim: h.padding for h in found}
         attr = _padding_attr([windowed.get(lhs_spatial[i], padding[i]) for i in range(spatial)])
         if attr is not None:
@@ -677,7 +741,7 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                 count = ir.IntegerAttr(op.attributes[count_attr]).value
                 new_op.attributes[count_attr] = ir.IntegerAttr.get(
                     ir.IntegerType.get_signless(64), _shard(p, count, plan.axes[group]))
-        return new_op.results
+        return [_own_results(p, plan, new_op.results[0], kept)]
 
     plan.detail = emit
     return plan
@@ -714,7 +778,9 @@ def _select_and_scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     def halos(plan):
         return _permuted_halos(p, op, plan)
 
-    plan = _setup(p, op, halos, forced=source_follows_operand)
+    # The scatter returns every device's whole window to its owners
+    # (`halo_window_transpose`): each must fit, not only its inside part.
+    plan = _setup(p, op, halos, forced=source_follows_operand, clipped=False)
     if plan is None:
         return None
 

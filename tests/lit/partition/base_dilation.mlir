@@ -5,8 +5,9 @@
 // base_dilations, pad's interior padding + 1) is read through a halo of the
 // elements each device's windows touch, and the local op dilates them
 // again with its padding made local (partitioning/windowed.py,
-// `_strided_halo`).  XLA's partitioner does the same where every device's
-// windows start at the same phase of the dilation.
+// `_strided_halo`).  Where the devices' windows start at different phases
+// of the dilation, the local op computes a few more results and each
+// device keeps its own.  XLA's partitioner does the same in both cases.
 
 // The input gradient of a stride-2 convolution (lhs_dilate 2): 4 rows of the
 // output gradient over 4 devices (1 each), 8 rows of result (2 each).  The
@@ -88,5 +89,42 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
         padding = dense<[[1, 1], [0, 0]]> : tensor<2x2xi64>}
       : (tensor<8x3xf32>, tensor<f32>) -> tensor<16x3xf32>
     return %0 : tensor<16x3xf32>
+  }
+}
+
+// -----
+
+// Interior padding 1 with low 1 and high 4: 8 rows spread to 20, 5 a
+// device on 4 devices.  Device q's results start at dilated row 5q - 1,
+// at an odd or even phase of the dilation depending on q, so the windows
+// start at different phases: each device reads from its own first element
+// (rows [0, 2, 5, 7] of the input: table [0, 0, 1, 1] past its shard),
+// the local pad computes one result more than its share (6 rows, low
+// padding 1 for all), and each device keeps its 5 from [0, 1, 0, 1].
+// Only devices 1 and 2 need a row of their right neighbour: one
+// collective_permute of one row.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[X:arg[0-9]+]]: tensor<2x3xf32>) {
+// CHECK: %[[FIRST:.*]] = stablehlo.slice %[[X]] [0:1, 0:3]
+// CHECK-NEXT: %[[NEXT:.*]] = "stablehlo.collective_permute"(%[[FIRST]])
+// CHECK-SAME: (tensor<1x3xf32>) -> tensor<1x3xf32>
+// CHECK: %[[STARTS:.*]] = stablehlo.constant dense<[0, 0, 1, 1]> : tensor<4xi32>
+// CHECK: %[[ROWS:.*]] = stablehlo.dynamic_slice %{{.*}}, %{{.*}}, %{{.*}}, sizes = [3, 3]
+// CHECK: %[[MASKED:.*]] = stablehlo.select %{{.*}}, %[[ROWS]], %{{.*}} : tensor<3x3xi1>, tensor<3x3xf32>
+// CHECK-NEXT: %[[SPREAD:.*]] = stablehlo.pad %[[MASKED]], %{{.*}}, low = [1, 0], high = [0, 0], interior = [1, 0]
+// CHECK-SAME: -> tensor<6x3xf32>
+// CHECK-NEXT: %[[KEEP:.*]] = stablehlo.constant dense<[0, 1, 0, 1]> : tensor<4xi32>
+// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[SPREAD]], %{{.*}}, %{{.*}}, sizes = [5, 3]
+// CHECK-NEXT: sdy.return %[[MINE]] : tensor<5x3xf32>
+// CHECK-NOT: all_gather
+
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @spread(%x: tensor<8x3xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<20x3xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %zero = stablehlo.constant dense<0.0> : tensor<f32>
+    %0 = stablehlo.pad %x, %zero, low = [1, 0], high = [4, 0], interior = [1, 0]
+        : (tensor<8x3xf32>, tensor<f32>) -> tensor<20x3xf32>
+    return %0 : tensor<20x3xf32>
   }
 }

@@ -169,3 +169,30 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %0 : tensor<1x4xf32>
   }
 }
+
+// -----
+
+// Padding 2 columns at the end of a column-sharded 4x8 on 2 devices (4 + 4
+// columns in, 5 + 5 out): device 0 needs one column of device 1; device 1's
+// window [5, 10) reaches past the tensor, which is the padding value, not
+// something to receive.  One collective_permute of one column, 1 -> 0.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<4x4xf32>) {
+// CHECK: %[[FIRST:.*]] = stablehlo.slice %[[A]] [0:4, 0:1]
+// CHECK-NEXT: %[[FROM_RIGHT:.*]] = "stablehlo.collective_permute"(%[[FIRST]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}1, 0]]>
+// CHECK-SAME: (tensor<4x1xf32>) -> tensor<4x1xf32>
+// CHECK-NEXT: stablehlo.concatenate %[[A]], %[[FROM_RIGHT]], dim = 1
+// CHECK: sdy.return %{{.*}} : tensor<4x5xf32>
+// CHECK-NOT: collective_permute
+// CHECK-NOT: all_gather
+
+module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
+  func.func @pad(%a: tensor<4x8xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"})
+      -> (tensor<4x10xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"}) {
+    %z = stablehlo.constant dense<0.0> : tensor<f32>
+    %0 = stablehlo.pad %a, %z, low = [0, 0], high = [0, 2], interior = [0, 0] : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x10xf32>
+    return %0 : tensor<4x10xf32>
+  }
+}

@@ -266,3 +266,43 @@ def test_base_dilated_windows_exchange_halos_only(fn, shapes):
     partitioned, counts = _compare(fn, args, "h=4,w=2", rules, rtol=1e-4, atol=1e-4)
     assert counts["all_gather"] == 0 and counts["all_to_all"] == 0
     assert counts["all_reduce"] == 0 and counts["collective_permute"] <= 2
+
+
+def _avg_pool_gradient(x):
+    # JAX transposes a 2x2, stride-2 sum pooling into a pad with interior
+    # padding (17 rows from 8) and a 2x2 sum at stride 1.
+    def loss(x):
+        pooled = jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        return jnp.sum(pooled ** 2)
+    return jax.grad(loss)(x)
+
+
+def _input_gradient_of_strided_conv_on_14_rows(kernel, dy):
+    x = jnp.zeros((2, 14, 14, 4), jnp.float32)
+    return jax.vjp(lambda x: _conv(x, kernel, (2, 2)), x)[1](dy)[0]
+
+
+@pytest.mark.parametrize("fn, shapes, mesh", [
+    # 17 padded rows over 4 devices (5 a device) spread from 8 (2 a device).
+    (_avg_pool_gradient, [(2, 16, 16, 3)], "h=4,w=2"),
+    # 14 result rows over 2 devices (7 a device) from 7 (4 and 3).
+    (_input_gradient_of_strided_conv_on_14_rows, [(3, 3, 4, 5), (2, 7, 7, 5)], "h=2"),
+])
+def test_base_dilation_at_a_phase_that_differs_between_devices(fn, shapes, mesh):
+    # Each device reads from its own first element; the local op computes a
+    # result more than its share and each device keeps its own: neighbours
+    # exchange rows, nothing is gathered.
+    args = tuple(_random(*shape) for shape in shapes)
+    spec = SPATIAL if "w" in mesh else (None, "h", None, None)
+    _, counts = _compare(fn, args, mesh, [(r"^(x|dy)$", spec), (r"^result$", spec)],
+                         rtol=1e-4, atol=1e-4)
+    assert counts["all_gather"] == 0 and counts["all_to_all"] == 0
+    assert counts["collective_permute"] >= 1
+
+
+def test_roll_along_a_sharded_dim_gathers_nothing():
+    # jnp.roll concatenates two slices; the pieces of each window that lie
+    # past the tensor's end are padding, not data to receive.
+    _, counts = _compare(lambda x: jnp.roll(x, 2, axis=0), (_random(16, 8),), "x=4",
+                         [(r"^x$", ("x", None)), (r"^result$", ("x", None))])
+    assert counts["all_gather"] == 0
