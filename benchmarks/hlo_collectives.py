@@ -51,7 +51,8 @@ class Collective:
     shape: str        # the per-device operand shape(s)
     group: int        # p
     bytes: float      # per device, DESIGN.md's cost table
-    # The instruction it was emitted for (its location's name), where the text says so.
+    # The instruction it serves, where the text says: a StableHLO op's location name, an
+    # HLO instruction's metadata op_name (XLA carries the location there).
     source: str = dataclasses.field(default="", compare=False)
 
     def describe(self) -> str:
@@ -209,7 +210,8 @@ def collectives(hlo_text: str, devices: int) -> list[Collective]:
         else:
             p = _group_size(attrs, devices)
         result = _async_result(shape) if started and kind == "all-gather" else shape
-        found.append(_record(kind, operand_shapes, result, p))
+        source = re.search(r'metadata=\{[^}]*\bop_name="([^"]*)"', attrs)
+        found.append(_record(kind, operand_shapes, result, p, source.group(1) if source else ""))
     return found
 
 

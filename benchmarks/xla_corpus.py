@@ -41,15 +41,18 @@ Each module runs in a worker process with a time limit, so a crash or a
 hang costs that module only.  Statuses: ``ok`` (numerics checked),
 ``unrun`` (too big to run here; bytes compared), ``mismatch`` (ours differs
 from one device), ``refused`` (the project's error), ``crash`` (any other
-exception, a dead worker or the time limit in our phase), and, not counted
+exception, a dead worker, or the time limit while ours partitions or
+compiles; a run over the limit leaves the module "unrun", its bytes counted), and, not counted
 against us, ``unconvertible`` (XLA's parser or jaxlib's converter rejects
 it) and ``xla-fail`` (XLA's partitioner cannot compile it, or aborts).
 
 Printed: one line per module, then the summary; the same goes to
 benchmarks/results/xla_corpus.md with, for each module moving more bytes
-than XLA, a guess at the cause: the op our largest emitted collectives were
-placed at (their locations name the HLO instruction), or XLA's compile
-adding collectives at our program's boundary.
+than XLA, a guess at the cause (`cause`): XLA's compile adding collectives
+to ours (more of a kind compiled than we emitted), else the HLO instruction
+whose collectives move the most more bytes in ours than in XLA's (both
+compiled programs name it: our collectives carry its name as their location,
+XLA's as op_name metadata), grouped by what kind of instruction it is.
 """
 
 from __future__ import annotations
@@ -289,11 +292,12 @@ def _instruction_opcodes(hlo: str) -> dict[str, str]:
 
 
 def _bytes_by_instruction(found) -> dict[str, float]:
-    """Emitted bytes of ours per source instruction (the name in each collective's location)."""
+    """Bytes per source instruction (named by each collective's location or metadata)."""
     by_name: dict[str, float] = {}
     for collective in found:
-        by_name[collective.source or "?"] = by_name.get(collective.source or "?", 0.0) \
-            + collective.bytes
+        # XLA prefixes the op_name of what it inlined (our manual body: "call.1/dot.89")
+        name = collective.source.rsplit("/", 1)[-1] or "?"
+        by_name[name] = by_name.get(name, 0.0) + collective.bytes
     return by_name
 
 
@@ -301,10 +305,10 @@ def _bytes_by_instruction(found) -> dict[str, float]:
 _PHASE_STATUS = {"convert": "unconvertible", "xla": "xla-fail", "ours": "crash", "run": "crash"}
 
 
-def run_module(module: CorpusModule, phase=lambda name: None, seed: int = 0) -> dict:
+def run_module(module: CorpusModule, phase=lambda name, measured: None, seed: int = 0) -> dict:
     """Everything measured on one module, as a plain dict (it crosses a process boundary).
 
-    `phase` is told each phase of `_PHASE_STATUS` as it starts.
+    `phase` is told each phase of `_PHASE_STATUS` as it starts, with what is measured so far.
     """
     import warnings
 
@@ -314,18 +318,20 @@ def run_module(module: CorpusModule, phase=lambda name: None, seed: int = 0) -> 
     from stablehlo_spmd.errors import SpmdError
 
     result = {"name": module.name, "devices": module.devices}
-    phase("convert")
+    phase("convert", result)
     try:
         text = to_stablehlo(module.hlo, module.devices)
     except Exception as error:  # noqa: BLE001  (any converter failure is the corpus's)
         return {**result, "status": "unconvertible", "detail": _one_line(error)}
-    phase("xla")
+    phase("xla", result)
     try:
         xla_text = _xla_compiled_text(text, module.devices)
     except Exception as error:  # noqa: BLE001
         return {**result, "status": "xla-fail", "detail": _one_line(error)}
-    result["xla_bytes"] = total_bytes(collectives(xla_text, module.devices))
-    phase("ours")
+    xla_found = collectives(xla_text, module.devices)
+    result["xla_bytes"] = total_bytes(xla_found)
+    xla_at = _bytes_by_instruction(xla_found)
+    phase("ours", result)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -334,12 +340,12 @@ def run_module(module: CorpusModule, phase=lambda name: None, seed: int = 0) -> 
         compiled = collectives(executable.compiled_text(), module.devices)
         emitted = emitted_collectives(partitioned, module.devices)
         result.update(ours_bytes=total_bytes(compiled), emitted_bytes=total_bytes(emitted),
-                      emitted_at=_bytes_by_instruction(emitted),
+                      ours_at=_bytes_by_instruction(compiled), xla_at=xla_at,
                       ours_counts=_kind_counts(compiled), emitted_counts=_kind_counts(emitted))
         unrun = _why_not_run(module.hlo, text)
         if unrun:
             return {**result, "status": "unrun", "detail": unrun}
-        phase("run")
+        phase("run", result)
         inputs = _random_inputs(executable.arguments, seed,
                                 distinct_integers="unique_indices=true" in module.hlo)
         ours = executable(*inputs)
@@ -395,19 +401,22 @@ def _one_line(error: BaseException) -> str:
     return text[:300]
 
 
-def _worker(connection) -> None:
+def _worker(connection, quiet: bool) -> None:
     """Run modules sent over `connection` until it closes; one result dict per module."""
+    if quiet:   # XLA's fatal checks print their stack on stderr; the status says enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
     _host_devices()
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     import jax
     jax.devices()
-    connection.send("ready")
-    while True:
-        try:
+    try:
+        connection.send("ready")
+        while True:
             module = connection.recv()
-        except EOFError:
-            return
-        connection.send(run_module(module, lambda name: connection.send(("phase", name))))
+            connection.send(run_module(
+                module, lambda name, measured: connection.send(("phase", name, measured))))
+    except (EOFError, BrokenPipeError):
+        return                       # the run is over (or gave up on this worker)
 
 
 def _host_devices() -> None:
@@ -422,18 +431,19 @@ def _host_devices() -> None:
 
 
 class _Worker:
-    def __init__(self, context):
+    def __init__(self, context, quiet: bool):
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_worker, args=(child,), daemon=True)
+        self.process = context.Process(target=_worker, args=(child, quiet), daemon=True)
         self.process.start()
         child.close()
         self.module: CorpusModule | None = None
         self.started = 0.0
         self.ready = False
         self.phase = ""
+        self.measured: dict = {}
 
     def send(self, module: CorpusModule) -> None:
-        self.module, self.started, self.phase = module, time.monotonic(), ""
+        self.module, self.started, self.phase, self.measured = module, time.monotonic(), "", {}
         self.connection.send(module)
 
     def stop(self) -> None:
@@ -447,7 +457,7 @@ def run_all(modules: list[CorpusModule], jobs: int, timeout: float, verbose: boo
     context = multiprocessing.get_context("spawn")
     pending = list(reversed(modules))
     results: dict[str, dict] = {}
-    workers = [_Worker(context) for _ in range(min(jobs, len(modules)))]
+    workers = [_Worker(context, not verbose) for _ in range(min(jobs, len(modules)))]
 
     def finish(worker, result):
         results[result["name"]] = result
@@ -470,23 +480,31 @@ def run_all(modules: list[CorpusModule], jobs: int, timeout: float, verbose: boo
                     worker.ready = True
                     continue
                 if isinstance(message, tuple):
-                    worker.phase = message[1]
+                    _, worker.phase, worker.measured = message
                     continue
                 if message is not None:
                     finish(worker, message)
                     continue
                 worker.process.join(timeout=5)
                 reason = f"died (exit code {worker.process.exitcode})"
+                if not worker.ready:           # it could not even start: neither will the next
+                    print(f"error: a worker process {reason} while starting (jax and the "
+                          "project must import in a fresh process)", file=sys.stderr)
+                    raise SystemExit(1)
             elif worker.module is not None and time.monotonic() - worker.started > timeout:
                 reason = f"over the {timeout:.0f} s limit"
             else:
                 continue
             if worker.module is not None:
-                finish(worker, {"name": worker.module.name, "devices": worker.module.devices,
-                                "status": _PHASE_STATUS.get(worker.phase, "crash"),
+                status = _PHASE_STATUS.get(worker.phase, "crash")
+                if worker.phase == "run" and reason.startswith("over"):
+                    status = "unrun"      # compiled and counted; too slow to run on this host
+                finish(worker, {**worker.measured, "name": worker.module.name,
+                                "devices": worker.module.devices, "status": status,
                                 "detail": f"{worker.phase or 'start'} phase {reason}"})
             worker.stop()
-            workers[index] = _Worker(context)
+            workers[index] = _Worker(context, not verbose) if pending else None
+        workers = [w for w in workers if w is not None]
     for worker in workers:
         worker.connection.close()
         worker.process.join(timeout=5)
@@ -500,15 +518,17 @@ def run_all(modules: list[CorpusModule], jobs: int, timeout: float, verbose: boo
 _CAUSES = (   # (cause, opcodes whose collectives point at it)
     ("pad/slice", ("pad", "slice", "dynamic-slice", "dynamic-update-slice", "concatenate",
                    "reverse")),
+    ("windowed halo", ("reduce-window", "select-and-scatter")),
     ("iota", ("iota",)),
     ("sort", ("sort",)),
     ("conv groups", ("convolution(groups)",)),
     ("dilation", ("convolution(dilated)", "reduce-window(dilated)")),
     ("gather/scatter", ("gather", "scatter")),
     ("custom calls", ("custom-call",)),
-    ("conflicts", ("copy", "dot", "reduce", "transpose", "reshape", "broadcast", "add",
-                   "multiply", "subtract", "divide", "maximum", "minimum", "select", "compare",
-                   "convert", "negate", "exponential", "parameter", "tuple", "convolution")),
+    ("dot/conv strategy", ("dot", "convolution")),
+    ("conflicts", ("copy", "reduce", "transpose", "reshape", "broadcast", "add", "multiply",
+                   "subtract", "divide", "maximum", "minimum", "select", "compare", "convert",
+                   "negate", "exponential", "parameter", "tuple")),
 )
 
 
@@ -523,15 +543,17 @@ def cause(result: dict, hlo: str) -> tuple[str, str]:
         listed = ", ".join(f"{count} {kind}" for kind, count in sorted(added.items()))
         return ("uneven boundary", f"XLA's compile adds {listed} to our program (as emitted "
                 f"{_fmt(result['emitted_bytes'])}, compiled {_fmt(result['ours_bytes'])})")
-    emitted_at = result.get("emitted_at") or {}
-    if not emitted_at:
-        return ("other", "no emitted collective to attribute")
+    ours_at, xla_at = result.get("ours_at") or {}, result.get("xla_at") or {}
+    if not ours_at:
+        return ("other", "no collective of ours to attribute")
     opcodes = _instruction_opcodes(hlo)
-    name, moved = max(emitted_at.items(), key=lambda item: item[1])
+    name, excess = max(((n, moved - xla_at.get(n, 0.0)) for n, moved in ours_at.items()),
+                       key=lambda item: item[1])
     opcode = opcodes.get(name, "?")
     base = opcode.split("(")[0] if opcode.startswith("custom-call") else opcode
     group = next((g for g, members in _CAUSES if base in members or opcode in members), "other")
-    return group, f"{_fmt(moved)} emitted at {opcode} %{name}"
+    return group, (f"{_fmt(ours_at[name])} at {opcode} %{name} (XLA "
+                   f"{_fmt(xla_at.get(name, 0.0))})")
 
 
 def _ratio(ours: float, xla: float) -> str:
@@ -670,8 +692,10 @@ def markdown(results: list[dict], summary: Summary, command: str, source: str,
         "",
         "The guess: XLA's compile adding collectives to our program (more of a kind compiled "
         "than we emitted: at the boundary, where uneven shards are trimmed), else the "
-        "instruction where our partitioner placed the most bytes (the collectives' locations "
-        "name it).",
+        "instruction whose collectives move the most more bytes in ours than in XLA's (both "
+        "compiled programs name it: our collectives' locations and XLA's op_name metadata "
+        "carry the HLO instruction's name); reshards at copies, reshapes, elementwise ops and "
+        "the like count as conflicts.",
         "",
         "## Biggest losers",
         "",
@@ -725,7 +749,8 @@ def main() -> None:
     parser.add_argument("--report", default=str(REPORT),
                         help=f"markdown report (default {REPORT.relative_to(ROOT)})")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="print each module's line as it finishes")
+                        help="print each module's line as it finishes, and what the workers "
+                             "print on stderr (XLA's logs)")
     options = parser.parse_args()
     try:
         source = pathlib.Path(options.source).read_text()

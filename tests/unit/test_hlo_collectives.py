@@ -87,10 +87,11 @@ def test_async_all_reduce_pair_counted_once(hc):
 def test_all_gather_by_its_result(hc):
     found = _one(hc, "%ag = f32[8,8]{1,0} all-gather(f32[2,8]{1,0} %x), channel_id=1, "
                      "replica_groups={{0,1,2,3},{4,5,6,7}}, dimensions={0}, "
-                     "use_global_device_ids=true")
+                     "use_global_device_ids=true, metadata={op_type=\"x\" op_name=\"dot.89\"}")
     # T = the result, 8*8*4 = 256 B, p = 4: 256 * 3/4 = 192
     assert (found.kind, found.shape, found.group, found.bytes) == (
         "all-gather", "f32[2,8]", 4, 192)
+    assert found.source == "dot.89"      # the instruction it serves, from its metadata
 
 
 def test_async_all_gather_reads_the_result_half_of_its_tuple(hc):

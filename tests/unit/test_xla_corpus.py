@@ -124,14 +124,19 @@ ENTRY e {
 
 def _result(**fields):
     base = {"name": "m", "devices": 4, "status": "ok", "detail": "", "ours_bytes": 300.0,
-            "emitted_bytes": 300.0, "xla_bytes": 100.0, "emitted_at": {"g": 200.0, "d": 100.0},
+            "emitted_bytes": 300.0, "xla_bytes": 100.0, "ours_at": {"g": 200.0, "d": 100.0},
+            "xla_at": {"d": 100.0},
             "ours_counts": {"all-gather": 1}, "emitted_counts": {"all-gather": 1}}
     return {**base, **fields}
 
 
-def test_cause_is_the_instruction_with_the_most_emitted_bytes(corpus):
-    assert corpus.cause(_result(), _HLO) == ("gather/scatter", "200 B emitted at gather %g")
-    assert corpus.cause(_result(emitted_at={"d": 300.0}), _HLO)[0] == "conflicts"
+def test_cause_is_the_instruction_moving_the_most_more_than_xla(corpus):
+    assert corpus.cause(_result(), _HLO) == ("gather/scatter", "200 B at gather %g (XLA 0 B)")
+    # the dot moves more than the gather, but XLA moves as much there
+    assert corpus.cause(_result(ours_at={"g": 40.0, "d": 280.0}, xla_at={"d": 250.0}),
+                        _HLO)[0] == "gather/scatter"
+    assert corpus.cause(_result(ours_at={"d": 300.0}), _HLO) == (
+        "dot/conv strategy", "300 B at dot %d (XLA 100 B)")
 
 
 def test_cause_is_the_boundary_when_xla_adds_collectives(corpus):
@@ -144,7 +149,7 @@ def test_summary_counts_and_totals(corpus):
     results = [
         _result(name="a"),                                                    # loses
         _result(name="b", status="unrun", ours_bytes=50.0, xla_bytes=100.0),  # wins
-        _result(name="c", ours_bytes=0.0, xla_bytes=0.0, emitted_at={}),      # ties
+        _result(name="c", ours_bytes=0.0, xla_bytes=0.0, ours_at={}),      # ties
         {"name": "d", "devices": 2, "status": "refused", "detail": "no"},
         {"name": "e", "devices": 2, "status": "xla-fail", "detail": "no"},
     ]
@@ -185,3 +190,12 @@ def test_unreadable_corpus_is_a_located_error(tmp_path):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "xla_corpus.py"), str(empty)],
                           capture_output=True, text=True)
     assert done.returncode == 1 and "no HLO module" in done.stderr
+
+
+def test_bytes_by_instruction_reads_through_inlined_calls(corpus):
+    from hlo_collectives import Collective
+
+    found = [Collective("all-reduce", "f32[2]", 2, 8.0, "call.1/dot.89"),
+             Collective("all-gather", "f32[2]", 2, 4.0, "dot.89"),
+             Collective("all-gather", "f32[2]", 2, 1.0, "")]
+    assert corpus._bytes_by_instruction(found) == {"dot.89": 12.0, "?": 1.0}
