@@ -199,7 +199,7 @@ def rule_for(op: ir.Operation) -> OpRule | None:
         return fn(op)
     attributes = op.attributes
     key = (name, tuple(v.type for v in op.operands), tuple(r.type for r in op.results),
-           tuple((n, attributes[n]) for n in attributes) if len(attributes) else (),
+           _attributes_key(attributes) if len(attributes) else (),
            signature(op) if signature is not None else None)
     cache = per_context("op_rules", op.context)  # keys hold MLIR types: scoped to their context
     try:
@@ -207,6 +207,18 @@ def rule_for(op: ir.Operation) -> OpRule | None:
     except KeyError:
         rule = cache[key] = fn(op)
         return rule
+
+
+def _attributes_key(attributes) -> tuple:
+    found = []
+    for name in attributes:
+        try:
+            found.append((name, attributes[name]))
+        except TypeError:
+            # jaxlib's bindings cannot read a dense attribute of complex
+            # elements (a complex constant's value); no rule reads a payload.
+            found.append((name, None))
+    return tuple(found)
 
 
 def tied_values(op: ir.Operation) -> list[tuple[ir.Value, ir.Value]]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as hlo
 
-from stablehlo_spmd.module_shardings import is_sharding_constraint
+from stablehlo_spmd.module_shardings import MHLO_SHARDING, is_sharding_constraint
 from stablehlo_spmd.op_rules.control import SHARDING_RULE
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.sorting import TOP_K_CALL
@@ -33,7 +33,10 @@ from stablehlo_spmd.sharding import Sharding
 def _splat(op: ir.Operation) -> ir.DenseElementsAttr | None:
     if op.name != "stablehlo.constant":
         return None
-    value = op.attributes["value"]
+    try:
+        value = op.attributes["value"]
+    except TypeError:  # complex elements, which jaxlib's bindings cannot read: built whole
+        return None
     if isinstance(value, ir.DenseElementsAttr) and value.is_splat:
         return value
     return None
@@ -52,7 +55,12 @@ def emit_made(p: Partitioner, op: ir.Operation, plan: Plan, operands):
         return [_local_iota(p, op, plan.produced[0])]
     splat = _splat(op)
     if splat is None:
-        return p.create(op, [], [op.results[0].type]).results
+        # The op itself on every device (its result is the global value),
+        # cloned rather than rebuilt: a complex payload cannot be read back.
+        whole = op.clone()
+        if MHLO_SHARDING in whole.attributes:
+            del whole.attributes[MHLO_SHARDING]
+        return whole.results
     shard_type = local_type(op.results[0].type, plan.produced[0])
     value = ir.DenseElementsAttr.get_splat(shard_type, splat.get_splat_value())
     return ir.Operation.create(op.name, results=[shard_type], attributes={"value": value}).results
