@@ -678,7 +678,12 @@ class Executable:
             sharding = transfer.sharding
             if transfer.padding is not None:
                 # Held padded (see __init__): a jax.Array cannot be split unevenly, so
-                # the value is padded on the host and cut into the padded shards.
+                # the value is padded on the host and cut into the padded shards
+                # (unless it is such shards already, as `place` returns them).
+                if (isinstance(value, jax.Array) and value.sharding == sharding
+                        and value.shape == transfer.shape and value.dtype == argument.dtype):
+                    placed.append(value)
+                    continue
                 value = _checked_value(value, argument, self.filename)
                 placed.append(transfer(np.asarray(value)))
                 continue
@@ -734,7 +739,7 @@ class _HostTransfer:
         import jax
 
         self.sharding = sharding
-        shape = padded or argument.shape
+        self.shape = shape = padded or argument.shape
         # An argument XLA splits unevenly is padded to whole shards first.
         self.padding = None if padded is None else [
             (0, whole - size) for whole, size in zip(padded, argument.shape)]

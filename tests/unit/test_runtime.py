@@ -377,7 +377,7 @@ def test_unevenly_split_boundary_runs_as_padded_shards(eight_devices, arg, resul
     # shards, and the caller global arrays.
     exe = runtime.compile(UNEVEN_GSPMD.replace("ARG", arg).replace("RESULT", result))
     x = rand(10, 6)
-    for given in (x, jax.device_put(x, eight_devices[0])):
+    for given in (x, jax.device_put(x, eight_devices[0]), exe.place([x])[0]):
         (got,) = exe(given)
         assert got.shape == (10, 6)
         np.testing.assert_array_equal(np.asarray(got), -x)
