@@ -17,6 +17,10 @@ Then every collapsed (gather) or inserted (scatter) operand dim gets a factor
 of the operand alone, and the indices' ``index_vector_dim``, if present, a
 NEED_REPLICATION factor of its own (the coordinates of one index stay
 together).
+
+A collapsed or inserted dim whose index is an iota along an indices dim of
+its size (`implicit_batching_dims`: row j takes operand row j) is a batching
+dim in all but name, and is factored as one.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from stablehlo_spmd.op_rules import (
-    FactorKind, RuleBuilder, UnreducedFlow, ranks, register)
+    FactorKind, RuleBuilder, UnreducedFlow, int_array, ranks, register)
 from stablehlo_spmd.op_rules.compute import reduction_kind
-from stablehlo_spmd.op_rules.windowed import static_shape, static_shapes
+from stablehlo_spmd.op_rules.windowed import (
+    is_zero_scalar, producer, static_shape, static_shapes)
 
 PASS, NEED, REDUCE = FactorKind.PASS_THROUGH, FactorKind.NEED_REPLICATION, FactorKind.REDUCTION
 
@@ -78,7 +83,123 @@ def _walk(input_shape, slices_shape, indices_rank, index_vector_dim, offset_dims
         add(None, NEED, None, index_vector_dim, None)
 
 
-@register("stablehlo.gather")
+def implicit_batching_dims(op: ir.Operation) -> tuple[tuple[int, int], ...]:
+    """``(operand dim, indices dim)`` pairs of a gather or scatter that index
+    by position: operand dim d, collapsed (gather) or inserted (scatter),
+    takes index component k, and component k at position j along indices
+    dim b is j itself (an iota along b, seen through the concatenates,
+    broadcasts, reshapes and converts that build index vectors), b having
+    d's size.  Row j of the slices then reads or writes operand row j: the
+    pair is a batching dim in all but name.  XLA's partitioner finds these
+    "parallel" dims from iotas the same way."""
+    if op.name == "stablehlo.gather":
+        numbers = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+        index_map, singles = list(numbers.start_index_map), set(numbers.collapsed_slice_dims)
+        taken = set(numbers.start_indices_batching_dims)
+        indices = op.operands[1]
+    else:
+        numbers = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+        index_map = list(numbers.scattered_dims_to_operand_dims)
+        singles = set(numbers.inserted_window_dims)
+        taken = set(numbers.scatter_indices_batching_dims)
+        indices = op.operands[len(op.results)]
+    operand_shape, indices_shape = static_shape(op.operands[0]), static_shape(indices)
+    vector_dim = numbers.index_vector_dim
+    if operand_shape is None or indices_shape is None:
+        return ()
+    pairs = []
+    for k, dim in enumerate(index_map):
+        along = _position_dim(indices, k, vector_dim)
+        if (dim in singles and along is not None and along != vector_dim and along not in taken
+                and indices_shape[along] == operand_shape[dim]):
+            pairs.append((dim, along))
+            taken.add(along)
+    return tuple(pairs)
+
+
+def _position_dim(value: ir.Value, component: int, vector_dim: int) -> int | None:
+    """The dim of `value` along which component `component` of the vectors
+    along `vector_dim` (the whole value when `vector_dim` is its rank) equals
+    its own position; None when there is none or it cannot be told."""
+    op = producer(value)
+    shape = static_shape(value)
+    if op is None or shape is None:
+        return None
+    name = op.name
+    if name == "stablehlo.iota":
+        dim = ir.IntegerAttr(op.attributes["iota_dimension"]).value
+        return dim if dim != vector_dim else None
+    if name == "stablehlo.constant":
+        return _constant_position_dim(op, shape, vector_dim)
+    if name == "stablehlo.convert":
+        return _position_dim(op.operands[0], component, vector_dim)
+    if name == "stablehlo.concatenate" and vector_dim < len(shape):
+        if ir.IntegerAttr(op.attributes["dimension"]).value != vector_dim:
+            return None
+        for operand in op.operands:
+            size = static_shape(operand)[vector_dim]
+            if component < size:
+                return _position_dim(operand, component, vector_dim)
+            component -= size
+        return None
+    if name == "stablehlo.broadcast_in_dim":
+        source = op.operands[0]
+        source_shape = static_shape(source)
+        dims = list(int_array(op.attributes["broadcast_dimensions"]))
+        source_vector, source_component = len(source_shape), 0
+        if vector_dim in dims:
+            source_vector = dims.index(vector_dim)
+            source_component = component if source_shape[source_vector] > 1 else 0
+        along = _position_dim(source, source_component, source_vector)
+        if along is None or source_shape[along] != shape[dims[along]]:
+            return None
+        return dims[along]
+    if name == "stablehlo.reshape":
+        return _position_dim_through_unit_dims(op, shape, component, vector_dim)
+    if name == "stablehlo.select" and _wraps_negatives(op):
+        # JAX's wrap of negative indices, select(i < 0, i + n, i): a
+        # position is never negative, so the select is the position.
+        return _position_dim(op.operands[2], component, vector_dim)
+    return None
+
+
+def _wraps_negatives(select: ir.Operation) -> bool:
+    """``select(i < 0, anything, i)``."""
+    test = producer(select.operands[0])
+    return (test is not None and test.name == "stablehlo.compare"
+            and test.operands[0] == select.operands[2]
+            and stablehlo.ComparisonDirectionAttr(
+                test.attributes["comparison_direction"]).value == "LT"
+            and is_zero_scalar(test.operands[1]))
+
+
+def _constant_position_dim(op: ir.Operation, shape, vector_dim: int) -> int | None:
+    """A dense 1-D integer constant holding 0, 1, 2, ...: an iota along dim 0."""
+    attr = op.attributes["value"]
+    if len(shape) != 1 or vector_dim == 0 or not isinstance(attr, ir.DenseIntElementsAttr):
+        return None
+    values = ir.DenseIntElementsAttr(attr)
+    return 0 if all(values[i] == i for i in range(shape[0])) else None
+
+
+def _position_dim_through_unit_dims(op: ir.Operation, shape, component: int,
+                                    vector_dim: int) -> int | None:
+    """Through a reshape that only adds or drops dims of size 1."""
+    source = op.operands[0]
+    source_shape = static_shape(source)
+    kept = [d for d, size in enumerate(shape) if size != 1]
+    source_kept = [d for d, size in enumerate(source_shape) if size != 1]
+    if [shape[d] for d in kept] != [source_shape[d] for d in source_kept]:
+        return None
+    if vector_dim < len(shape) and (shape[vector_dim] != 1 or component):
+        return None  # a vector dim of more than one component moved: not followed
+    along = _position_dim(source, 0, len(source_shape))
+    if along is None or along not in source_kept:
+        return None
+    return kept[source_kept.index(along)]
+
+
+@register("stablehlo.gather", signature=implicit_batching_dims)
 def _gather(op: ir.Operation):
     """``(operand, start_indices) -> result``, the result being the slices.
 
@@ -108,9 +229,12 @@ def _gather(op: ir.Operation):
         kinds.append(kind)
         builder.factor(size, kind, [input_dim, indices_dim], [slices_dim])
 
+    implicit = implicit_batching_dims(op)
     _walk(input_shape, result_shape, len(indices_shape), numbers.index_vector_dim,
-          list(numbers.offset_dims), list(numbers.collapsed_slice_dims),
-          list(numbers.operand_batching_dims), list(numbers.start_indices_batching_dims),
+          list(numbers.offset_dims),
+          [d for d in numbers.collapsed_slice_dims if d not in dict(implicit)],
+          [*numbers.operand_batching_dims, *(d for d, _ in implicit)],
+          [*numbers.start_indices_batching_dims, *(b for _, b in implicit)],
           False, PASS, add)
     reduces = any(kind is REDUCE for kind in kinds)
     return builder.build(UnreducedFlow.JOINT, (0,), reduction="sum" if reduces else None,
@@ -125,7 +249,14 @@ def _overwrites(op: ir.Operation) -> bool:
             and operations[0].operands[0] == body.arguments[1])
 
 
-@register("stablehlo.scatter")
+def _scatter_signature(op: ir.Operation):
+    """What the scatter rule reads besides types and attributes: the body's
+    combiner and whether it overwrites, and the indices' producers."""
+    kind = reduction_kind(op) if len(op.results) == 1 else None
+    return kind, _overwrites(op), implicit_batching_dims(op)
+
+
+@register("stablehlo.scatter", signature=_scatter_signature)
 def _scatter(op: ir.Operation):
     """``(inputs..., scatter_indices, updates...) -> results...``, N inputs,
     N updates and N results, all inputs (and all updates) alike.
@@ -163,9 +294,12 @@ def _scatter(op: ir.Operation):
                        [input_dim] * count + [indices_dim] + [update_dim] * count,
                        [input_dim] * count)
 
+    implicit = implicit_batching_dims(op)
     _walk(input_shape, update_shape, len(indices_shape), numbers.index_vector_dim,
-          list(numbers.update_window_dims), list(numbers.inserted_window_dims),
-          list(numbers.input_batching_dims), list(numbers.scatter_indices_batching_dims),
+          list(numbers.update_window_dims),
+          [d for d in numbers.inserted_window_dims if d not in dict(implicit)],
+          [*numbers.input_batching_dims, *(d for d, _ in implicit)],
+          [*numbers.scatter_indices_batching_dims, *(b for _, b in implicit)],
           True, REDUCE if kind else NEED, add)
     linear = count == 1 and (kind == "sum" or (
         _overwrites(op) and "unique_indices" in op.attributes

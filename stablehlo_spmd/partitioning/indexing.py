@@ -24,9 +24,12 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.module_shardings import MHLO_SHARDING
 from stablehlo_spmd.op_rules import FactorKind
+from stablehlo_spmd.op_rules.indexing import implicit_batching_dims
 from stablehlo_spmd.partitioning.partitioner import Partitioner
-from stablehlo_spmd.partitioning.strategy import Plan, _reshard_bytes, rule_plan, strategy
+from stablehlo_spmd.partitioning.strategy import (
+    Plan, _reshard_bytes, dealt_axes, factor_axes, layout, plan_from_axes, rule_plan, strategy)
 from stablehlo_spmd.shapes import int_constant, local_type, shape_of, zeros
+from stablehlo_spmd.sharding import Sharding
 
 
 def _scalar(value: int, element_type: ir.Type) -> ir.Value:
@@ -40,14 +43,23 @@ def _splits_index_vectors(plan: Plan, indices: int, vector_dim: int) -> bool:
     return vector_dim < len(indices_layout.dim_axes) and bool(indices_layout.dim_axes[vector_dim])
 
 
-def _partial_or_whole(p: Partitioner, op: ir.Operation, serves) -> Plan | None:
-    """The cheaper of the rule's two plans that `serves(plan)` accepts: its
-    REDUCTION factors split as the operands have them (each device's local
-    op is a partial result, combined later), or those factors gathered
-    first.  A masked lookup into a split vocabulary keeps the vocabulary
-    split, as GSPMD does; a scatter of a few updates split along their
-    batch into a large table gathers the updates instead of summing the
-    table (GSPMD sums it).  Ties keep the partial."""
+def _cheapest_plan(p: Partitioner, op: ir.Operation, serves) -> Plan | None:
+    """The cheapest, in bytes, of the rule's plans that `serves(plan)`
+    accepts.  The candidates:
+
+    * factors on the axes the results want, REDUCTION factors split as the
+      operands have them (each device's local op is a partial result,
+      combined later): a masked lookup into a split vocabulary keeps the
+      vocabulary split, as GSPMD does;
+    * the same with the REDUCTION factors gathered first: a scatter of a
+      few updates split along their batch into a large table gathers the
+      updates instead of summing the table (GSPMD sums it);
+    * factors on the axes the operands have, the results moved afterwards:
+      where the result is wanted whole but the operands come split alike,
+      the op runs split and only its result is gathered, as GSPMD
+      partitions by the operands first.
+
+    Ties keep the earlier candidate."""
     partial = rule_plan(p, op, reduction_first=True)
     if partial is None:
         return None
@@ -56,8 +68,25 @@ def _partial_or_whole(p: Partitioner, op: ir.Operation, serves) -> Plan | None:
     if any(partial.axes[f] for f, kind in enumerate(rule.factor_kinds)
            if kind is FactorKind.REDUCTION):
         plans.append(rule_plan(p, op, constrain=_gather_reductions))
+    by_operands = factor_axes(p, op, rule, _operands_way(p, op, rule), reduction_first=True)
+    if by_operands != partial.axes:
+        plans.append(plan_from_axes(p, op, rule, partial.wanted, by_operands))
     plans = [plan for plan in plans if serves(plan)]
     return min(plans, key=lambda plan: _reshard_bytes(p, op, plan), default=None)
+
+
+def _operands_way(p: Partitioner, op: ir.Operation, rule) -> list[Sharding]:
+    """The result shardings the operands' own imply: each PASS_THROUGH
+    factor on the axes the first operand holding it split has it on."""
+    axes: list[tuple] = [()] * rule.num_factors
+    used: set[str] = set()
+    for factor, dealt in dealt_axes(p, rule, [p.shardings.get(v) for v in op.operands],
+                                    rule.operands):
+        if (rule.factor_kinds[factor] is FactorKind.PASS_THROUGH and not axes[factor]
+                and not used & set(dealt)):
+            axes[factor] = dealt
+            used.update(dealt)
+    return [layout(p, dims, axes) for dims in rule.results]
 
 
 def _gather_reductions(rule, axes) -> None:
@@ -67,8 +96,8 @@ def _gather_reductions(rule, axes) -> None:
 
 
 def _gather_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
-    """`_partial_or_whole`'s plan, when every split operand dim is one a
-    local gather can serve."""
+    """The cheapest plan (`_cheapest_plan`) in which every split operand dim
+    is one a local gather can serve."""
     if len(op.results) != 1:
         return None
     numbers = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
@@ -87,7 +116,7 @@ def _gather_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                 return False
         return not _splits_index_vectors(plan, 1, numbers.index_vector_dim)
 
-    return _partial_or_whole(p, op, serves)
+    return _cheapest_plan(p, op, serves)
 
 
 @strategy("stablehlo.gather", plan=_gather_plan)
@@ -96,12 +125,15 @@ def emit_gather(p: Partitioner, op: ir.Operation, plan: Plan, operands):
 
     Index batch dims and pass-through (full-slice) operand dims keep their
     sharding, with a per-device slice size.  Where the operand is sharded
-    on an indexed dim (a masked local gather), each device shifts the (clamped) indices into its shard of every
-    sharded indexed dim, gathers locally, and zeroes the rows whose index
-    falls outside its shard: the results are partial sums that exactly
-    one device contributes to (GSPMD's embedding-lookup strategy; the
-    sum is taken where propagation put it).  Other gathers
-    take the default strategies.
+    on an indexed dim (a masked local gather), each device shifts the
+    (clamped) indices into its shard of every sharded indexed dim, gathers
+    locally, and zeroes the rows whose index falls outside its shard: the
+    results are partial sums that exactly one device contributes to
+    (GSPMD's embedding-lookup strategy; the sum is taken where propagation
+    put it).  An indexed dim indexed by position
+    (`implicit_batching_dims`) is split like the indices:
+    its shifted indices all fall inside the shard, with nothing to clamp or
+    mask.  Other gathers take the default strategies.
     """
     numbers = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
     index_map = list(numbers.start_index_map)
@@ -117,6 +149,7 @@ def emit_gather(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     whole = [size == operand_shape[d] for d, size in enumerate(slice_sizes)]
     local_slice_sizes = [local_operand_shape[d] if whole[d] else size
                          for d, size in enumerate(slice_sizes)]
+    positional = {dim for dim, _ in implicit_batching_dims(op)}
     mask = None
     index_type = local_indices.type
     element = index_type.element_type
@@ -126,14 +159,20 @@ def emit_gather(p: Partitioner, op: ir.Operation, plan: Plan, operands):
         dim_axes = operand_layout.dim_axes[dim]
         if dim_axes and dim not in batching and not whole[dim]:
             size = local_operand_shape[dim]
-            # Clamp as gather itself would, before shifting into the shard.
-            component = hlo.ClampOp(_scalar(0, element), component,
-                                    _scalar(operand_shape[dim] - 1, element)).result
+            if dim not in positional:
+                # Clamp as gather itself would, before shifting into the shard.
+                component = hlo.ClampOp(_scalar(0, element), component,
+                                        _scalar(operand_shape[dim] - 1, element)).result
             offset = p.emitter.axis_index(dim_axes)
             offset = hlo.ConvertOp(ir.RankedTensorType.get([], element), offset).result
             offset = hlo.MulOp(offset, _scalar(size, element)).result
             component = hlo.SubtractOp(component, hlo.BroadcastInDimOp(
                 component.type, offset, []).result).result
+            if dim in positional:
+                # Row j of this device's indices is split like operand row
+                # j: every shifted index is inside the shard.
+                components.append(component)
+                continue
             inside = hlo.AndOp(
                 hlo.CompareOp(component, int_constant(0, component.type),
                               hlo.ComparisonDirectionAttr.get("GE")).result,
@@ -169,14 +208,14 @@ def _zero_outside(mask: ir.Value, gathered: ir.Value, vector_dim: int, numbers) 
 
 
 def _scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
-    """`_partial_or_whole`'s plan.  Every operand dim the rule lets it split
-    a local scatter serves: a window dim the updates cover whole (indexed
-    or not: a window that starts anywhere but 0 is out of bounds on every
-    device as on one), a batching dim, or an inserted dim (one row per
-    index).  Only a split index vector has no local form."""
+    """The cheapest plan (`_cheapest_plan`).  Every operand dim the rule
+    lets it split a local scatter serves: a window dim the updates cover
+    whole (indexed or not: a window that starts anywhere but 0 is out of
+    bounds on every device as on one), a batching dim, or an inserted dim
+    (one row per index).  Only a split index vector has no local form."""
     count = len(op.results)
     numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
-    return _partial_or_whole(
+    return _cheapest_plan(
         p, op, lambda plan: not _splits_index_vectors(plan, count, numbers.index_vector_dim))
 
 

@@ -165,24 +165,15 @@ def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[S
     the padding matters, get none: their data is gathered first.
     """
     mesh = p.mesh
-    axis_size = p.axis_size
     axes: list[tuple] = [()] * rule.num_factors
     assigned = [False] * rule.num_factors
-    for sharding, dims in zip(wanted, rule.results):
-        for dim, factors in enumerate(dims):
-            for factor, dealt in project_axes(sharding.dim_axes[dim], factors, rule.factor_sizes,
-                                              axis_size):
-                if not assigned[factor]:
-                    axes[factor], assigned[factor] = dealt, True
-    for operand, dims in zip(op.operands, rule.operands):
-        source = p.shardings.get(operand)
-        if source is None:
-            continue
-        for dim, factors in enumerate(dims):
-            for factor, dealt in project_axes(source.dim_axes[dim], factors, rule.factor_sizes,
-                                              axis_size):
-                if not assigned[factor] and rule.factor_kinds[factor] is FactorKind.REDUCTION:
-                    axes[factor], assigned[factor] = dealt, True
+    for factor, dealt in dealt_axes(p, rule, wanted, rule.results):
+        if not assigned[factor]:
+            axes[factor], assigned[factor] = dealt, True
+    for factor, dealt in dealt_axes(p, rule, [p.shardings.get(v) for v in op.operands],
+                                    rule.operands):
+        if not assigned[factor] and rule.factor_kinds[factor] is FactorKind.REDUCTION:
+            axes[factor], assigned[factor] = dealt, True
     compound = {f for tensor in (*rule.operands, *rule.results) for dim in tensor
                 if len(dim) > 1 for f in dim}
     used: set[str] = set()
@@ -229,6 +220,18 @@ def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[S
                                             for f in factors[:i]):
                         axes[factor], changed = (), True
     return axes
+
+
+def dealt_axes(p: "Partitioner", rule: OpRule, shardings, tensors):
+    """``(factor, axes)`` for each factor the shardings split, tensor by
+    tensor (`tensors`: the rule's factors of each; a None sharding deals
+    nothing), dim by dim, as `project_axes` deals a dim's axes."""
+    for sharding, dims in zip(shardings, tensors):
+        if sharding is None:
+            continue
+        for dim, factors in enumerate(dims):
+            yield from project_axes(sharding.dim_axes[dim], factors, rule.factor_sizes,
+                                    p.axis_size)
 
 
 def layout(p: "Partitioner", dims, axes) -> Sharding:

@@ -151,3 +151,54 @@ def test_top_k_custom_call_has_top_ks_rule():
     expect(multiple, {"a": (2, P), "b": (4, P), "n": (10, N)}, ["abn"], ["abn", "abn"])
     assert multiple.keeps_attributes
     assert tupled is None
+
+
+def test_gather_indexed_by_position_is_a_batching_dim():
+    # x[arange(8), ids]: JAX builds the first index component from an iota
+    # (wrapped for negatives, broadcast, concatenated).  Operand row j is
+    # read by index row j: one PASS factor b of operand, indices and result,
+    # where a data-dependent index would be a REDUCTION factor.
+    text = lowered(lambda x, i: x[jnp.arange(8), i], jnp.zeros((8, 16)),
+                   jnp.zeros((8,), jnp.int32))
+    expect(rule_of(text, "stablehlo.gather"),
+           {"b": (8, P), "c": (16, R), "v": (2, N)}, ["bc", "bv"], ["b"], JOINT, (0,), "sum")
+
+
+def test_gather_indexed_by_a_scaled_iota_is_not():
+    text = lowered(lambda x, i: x[2 * jnp.arange(4), i], jnp.zeros((8, 16)),
+                   jnp.zeros((4,), jnp.int32))
+    expect(rule_of(text, "stablehlo.gather"),
+           {"t": (4, P), "r": (8, R), "c": (16, R), "v": (2, N)}, ["rc", "tv"], ["t"],
+           JOINT, (0,), "sum")
+
+
+def test_scatter_indexed_by_position_is_a_batching_dim():
+    text = lowered(lambda x, i, u: x.at[jnp.arange(8), i].set(u), jnp.zeros((8, 16)),
+                   jnp.zeros((8,), jnp.int32), jnp.zeros((8,)))
+    # Operand, indices, updates, result.  The column dim c is inserted
+    # (PASS of operand and result); the update rows are operand rows.
+    expect(rule_of(text, "stablehlo.scatter"),
+           {"b": (8, P), "c": (16, P), "v": (2, N)}, ["bc", "bv", "b"], ["bc"])
+
+
+def test_position_is_seen_through_xlas_constant_and_unit_reshapes():
+    # XLA's form: a constant 0, 1, 2, 3 broadcast along dim 2, and an iota
+    # reshaped from [8] to [1,8] and broadcast: both index by position.
+    rule = rule_of("""
+      func.func @main(%a: tensor<8x4x2xf32>) -> tensor<8x4x2xf32> {
+        %c = stablehlo.constant dense<[0, 1, 2, 3]> : tensor<4xi32>
+        %rows = stablehlo.broadcast_in_dim %c, dims = [2] : (tensor<4xi32>) -> tensor<1x8x4xi32>
+        %i = stablehlo.iota dim = 0 : tensor<8xi32>
+        %r = stablehlo.reshape %i : (tensor<8xi32>) -> tensor<1x8xi32>
+        %cols = stablehlo.broadcast_in_dim %r, dims = [0, 1] : (tensor<1x8xi32>) -> tensor<1x8x4xi32>
+        %idx = stablehlo.concatenate %rows, %cols, dim = 0 : (tensor<1x8x4xi32>, tensor<1x8x4xi32>) -> tensor<2x8x4xi32>
+        %0 = "stablehlo.gather"(%a, %idx) <{dimension_numbers = #stablehlo.gather<
+            offset_dims = [2], collapsed_slice_dims = [0, 1], start_index_map = [1, 0],
+            index_vector_dim = 0>, slice_sizes = array<i64: 1, 1, 2>}>
+          : (tensor<8x4x2xf32>, tensor<2x8x4xi32>) -> tensor<8x4x2xf32>
+        return %0 : tensor<8x4x2xf32>
+      }""", "stablehlo.gather")
+    # Operand dim 1 (4) takes component 0, position along indices dim 2;
+    # operand dim 0 (8) takes component 1, position along indices dim 1.
+    expect(rule, {"a": (8, P), "b": (4, P), "w": (2, P), "v": (2, N)},
+           ["abw", "vab"], ["abw"], JOINT, (0,))

@@ -261,3 +261,41 @@ def test_indexed_dim_under_a_whole_window_is_a_pass_through(text, args):
     for got, want in zip(ss.run(partitioned, args), ss.run_single_device(text, args)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert not re.findall(r'"stablehlo\.(all_\w+|collective_permute)"', partitioned)
+
+
+def _pick_per_row(x, ids):
+    return x[jnp.arange(x.shape[0]), ids]
+
+
+def _set_per_row(x, ids, u):
+    return x.at[jnp.arange(x.shape[0]), ids].set(u)
+
+
+def _add_per_row(x, ids, u):
+    return x.at[jnp.arange(x.shape[0]), ids].add(u)
+
+
+def test_picking_one_entry_per_row_by_position_keeps_rows_split():
+    # x[arange(n), ids]: row j of the indices reads row j of x (XLA's
+    # "parallel" gather dims), so rows split alike move nothing.
+    counts = _compare(_pick_per_row, (_random(8, 16), _ids(16, 8)), "data=4,model=2", [
+        (r"^x$", ("data", None)), (r"^ids$", ("data",)), (r"^result$", ("data",))])
+    assert counts == NOTHING
+
+
+@pytest.mark.parametrize("fn", [_set_per_row, _add_per_row])
+def test_scattering_one_entry_per_row_by_position_keeps_rows_split(fn):
+    counts = _compare(fn, (_random(8, 16), _ids(16, 8), _random(8)), "data=4,model=2", [
+        (r"^x$", ("data", None)), (r"^ids$", ("data",)), (r"^u$", ("data",)),
+        (r"^result$", ("data", None))])
+    assert counts == NOTHING
+
+
+def test_a_result_wanted_whole_is_gathered_after_a_split_scatter():
+    # Operands split by rows, the result wanted whole: the scatter runs on
+    # each device's rows and only its result is gathered (GSPMD's order),
+    # not the table and the updates before it.
+    counts = _compare(_add_per_row, (_random(8, 16), _ids(16, 8), _random(8)),
+                      "data=4,model=2", [(r"^x$", ("data", None)), (r"^ids$", ("data",)),
+                                         (r"^u$", ("data",)), (r"^result$", (None, None))])
+    assert counts == {**NOTHING, "all_gather": 1}
