@@ -199,7 +199,7 @@ class Emitter:
                     offset: int, length: int, step: int = 0,
                     fill: ir.Value | None = None, live: int | None = None,
                     starts: Sequence[int] | None = None,
-                    needed: Sequence[int] | None = None) -> ir.Value | None:
+                    needed: Sequence[int] | None = None) -> ir.Value:
         """A window of `length` elements along `dim` of a tensor split over `axes`.
 
         `value` is this device's shard (s elements along `dim`, the last one
@@ -214,9 +214,12 @@ class Emitter:
         matter, and the device at coordinate q uses only the first
         ``needed[q]`` elements of its window when `needed` is given.  A
         constant window (step 0) is cut with a static slice, others at a
-        per-device offset.  Returns None when some device's
-        window reaches past its neighbours' shards: the caller must reshard
-        instead.
+        per-device offset.
+
+        Where that would send more (a window reaching past the neighbours'
+        shards, or devices reading windows at far different places of
+        theirs), each device instead gets exactly the pieces of its window
+        from the shards that hold them (`window_gather`).
         """
         shape = _shape(value)
         size = shape[dim]
@@ -224,11 +227,12 @@ class Emitter:
         live = count if live is None else min(live, count)
         extent = halo_extent(size, count, offset, length, step, global_size, live, starts,
                              needed)
-        if extent is None:
-            return None
-        left, right = extent
         table = starts is not None
         starts = list(starts) if table else [offset + q * step for q in range(count)]
+        pieces = window_pieces(size, count, global_size, starts, length, live, needed)
+        if extent is None or sum(extent) > pieces_elements(pieces):
+            return self.window_gather(value, dim, axes, starts, length, pieces, fill)
+        left, right = extent
         needs_mask = any(q * size + start < 0 or q * size + start + length > global_size
                          for q, start in enumerate(starts))
         if not table and _within_one_shard(size, offset, length, step):
@@ -275,6 +279,54 @@ class Emitter:
         elif needs_mask:
             value = self._mask_outside(value, dim, axes, size + step, offset, global_size, fill)
         return value
+
+    @_placed
+    def window_gather(self, value: ir.Value, dim: int, axes: Sequence[str],
+                      starts: Sequence[int], length: int, pieces, fill: ir.Value | None = None
+                      ) -> ir.Value:
+        """The windows of `halo_window` from the `pieces` of `window_pieces`:
+        for each distance k, every shard cuts the piece the device k before
+        it needs (at a per-device offset, as wide as the widest) and sends it
+        there (one collective_permute; none for k = 0); each device puts the
+        piece in place and keeps its part.  The rest of a window is `fill`."""
+        shape = _shape(value)
+        size, count = shape[dim], self.mesh.axes_size(axes)
+        window_shape = list(shape)
+        window_shape[dim] = length
+        window_type = _like(value, window_shape)
+        fill = fill if fill is not None else scalar_zero(_element_type(value))
+        result = stablehlo.BroadcastInDimOp(window_type, fill, []).result
+        for distance, by_target in pieces:
+            width = max(n for _, n in by_target.values())
+            cut = [0] * count       # by source coordinate: where it cuts its piece
+            for q, (low, _) in by_target.items():
+                cut[q + distance] = min(low - (q + distance) * size, size - width)
+            piece = self.per_device_slice(value, dim, axes, cut, width)
+            if distance:
+                piece = self.shift(piece, axes, -distance)
+            # By target coordinate: where the piece lands in the window (the
+            # buffer has `width` to spare on each side), and the part it keeps.
+            lands, first, end = [width] * count, [0] * count, [0] * count
+            for q, (low, n) in by_target.items():
+                window_start = q * size + starts[q]
+                lands[q] = (q + distance) * size + cut[q + distance] - window_start + width
+                first[q], end[q] = low - window_start, low - window_start + n
+            buffer_shape = list(window_shape)
+            buffer_shape[dim] = length + 2 * width
+            buffer = stablehlo.BroadcastInDimOp(_like(value, buffer_shape),
+                                                scalar_zero(_element_type(value)), []).result
+            at = self._table(tuple(axes), lands)
+            indices = [int_constant(0, at.type)] * len(shape)
+            indices[dim] = at
+            placed = self._edge(stablehlo.DynamicUpdateSliceOp(buffer, piece, indices).result,
+                                dim, width, width + length)
+            keep = stablehlo.AndOp(
+                self._compare_positions(window_shape, dim, axes, 0, 0, [("GE", 0)],
+                                        [-f for f in first]),
+                self._compare_positions(window_shape, dim, axes, 0, 0, [("LT", 0)],
+                                        [-e for e in end])).result
+            result = stablehlo.SelectOp(keep, placed, result).result
+        return result
 
     @_placed
     def per_device_slice(self, value: ir.Value, dim: int, axes: Sequence[str],
@@ -531,6 +583,34 @@ def halo_extent(shard_size: int, count: int, offset: int, length: int, step: int
     if left > shard_size or right > shard_size:
         return None
     return left, right
+
+
+def window_pieces(shard_size: int, count: int, global_size: int, starts: Sequence[int],
+                  length: int, live: int | None = None,
+                  needed: Sequence[int] | None = None) -> list[tuple[int, dict]]:
+    """The pieces of `halo_window`'s windows (device q: global elements from
+    ``q*shard_size + starts[q]``, the first ``needed[q]`` of `length`, inside
+    ``[0, global_size)``, devices before `live`) by the shard that holds them:
+    ``[(k, {q: (global start, elements)})]``, k the distance from device q
+    to that shard."""
+    live = count if live is None else min(live, count)
+    pieces: dict[int, dict[int, tuple[int, int]]] = {}
+    for q in range(live):
+        start = q * shard_size + starts[q]
+        low = max(start, 0)
+        high = min(start + (length if needed is None else needed[q]), global_size)
+        for shard in range(low // shard_size, -(-high // shard_size)):
+            begin = max(low, shard * shard_size)
+            end = min(high, (shard + 1) * shard_size)
+            if end > begin and 0 <= shard < count:
+                pieces.setdefault(shard - q, {})[q] = (begin, end - begin)
+    return sorted(pieces.items())
+
+
+def pieces_elements(pieces) -> int:
+    """Elements a device receives for `window_pieces`' pieces (each distance
+    sends the widest piece; its own shard's costs nothing)."""
+    return sum(max(n for _, n in by_target.values()) for k, by_target in pieces if k)
 
 
 def _within_one_shard(shard_size: int, offset: int, length: int, step: int) -> bool:

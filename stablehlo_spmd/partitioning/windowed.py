@@ -46,20 +46,22 @@ again, with its padding made local (`_strided_halo`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd import op_rules
-from stablehlo_spmd.collectives import halo_extent
+from stablehlo_spmd.collectives import halo_extent, pieces_elements, window_pieces
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.op_rules import FactorKind, OpRule, Window, int_array
 from stablehlo_spmd.op_rules.windowed import is_zero_scalar, optional_array, padding_pairs
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import (
     Plan, _reshard_bytes, factor_axes, plan_from_axes, strategy)
-from stablehlo_spmd.shapes import int_constant, local_type, shape_of, tensor_bytes, zeros
+from stablehlo_spmd.shapes import (
+    element_bytes, int_constant, local_type, shape_of, tensor_bytes, zeros)
 from stablehlo_spmd.sharding import Sharding
 
 
@@ -96,13 +98,15 @@ def _setup(p: Partitioner, op: ir.Operation,
            forced: Callable[[OpRule, list[tuple]], None] | None = None,
            always: bool = False,
            windowed_kinds: tuple[FactorKind, ...] = (FactorKind.PERMUTATION,),
-           clipped: bool = True) -> Plan | None:
+           clipped: bool = True,
+           seed: Callable[[OpRule, list[tuple]], None] | None = None) -> Plan | None:
     """The cheapest of the plans that align the op with its result or with
     one of its operands (`_alignments`), priced in bytes moved
     (`_moved_bytes`).  None when no window is left, unless `always` (the op
     has no generic path).  The plan's `detail` is the windows found.
     `clipped`: a window reaching past the tensor or a neighbour's shard
-    only where it reads padding fits (see `_fits`).
+    only where it reads padding fits (see `_fits`).  `seed` may give
+    factors axes the rule's defaults leave out, before windows are checked.
 
     Aligning with an operand is what XLA's partitioner does when the result
     wants a layout the operands do not have (a grouped convolution whose
@@ -116,7 +120,7 @@ def _setup(p: Partitioner, op: ir.Operation,
     best: tuple[float, Plan] | None = None
     for target in _alignments(p, op, rule, wanted):
         plan = _aligned_plan(p, op, rule, wanted, target, halos, forced, windowed_kinds,
-                             clipped)
+                             clipped, seed)
         cost = _moved_bytes(p, op, plan)
         if best is None or cost < best[0]:
             best = (cost, plan)
@@ -172,7 +176,8 @@ def _implied_sharding(p: Partitioner, dims, factor_axes_of) -> Sharding:
 def _aligned_plan(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[Sharding],
                   target: list[Sharding], halos: Callable[[Plan], list[Halo]],
                   forced: Callable[[OpRule, list[tuple]], None] | None,
-                  windowed_kinds: tuple[FactorKind, ...], clipped: bool) -> Plan:
+                  windowed_kinds: tuple[FactorKind, ...], clipped: bool,
+                  seed: Callable[[OpRule, list[tuple]], None] | None = None) -> Plan:
     """Factor axes from `target` (as if the results wanted it), with the
     factors of `windowed_kinds` sharded as it wants them, less those on
     operand dims whose windows do not fit (reported as gathered); the
@@ -187,6 +192,8 @@ def _aligned_plan(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[S
             if dim_axes and not axes[factor] and not used & set(dim_axes):
                 axes[factor] = dim_axes
                 used.update(dim_axes)
+    if seed is not None:
+        seed(rule, axes)
     stripped: set[int] = set()  # factors kept whole here against the rule: reported
     while True:
         if forced is not None:
@@ -213,12 +220,12 @@ def _moved_bytes(p: Partitioner, op: ir.Operation, plan: Plan) -> float:
     total = _reshard_bytes(p, op, plan)
     for halo in plan.detail:
         layout = plan.required[halo.operand]
-        extent = _halo_extent(p, op, plan.required, halo)
-        if extent is None or not layout.dim_axes[halo.dim]:
+        received = _halo_elements(p, op, plan.required, halo)
+        if not received:
             continue
         operand = op.operands[halo.operand]
         shard = _shard(p, shape_of(operand)[halo.dim], layout.dim_axes[halo.dim])
-        total += tensor_bytes(local_type(operand.type, layout)) * sum(extent) / shard
+        total += tensor_bytes(local_type(operand.type, layout)) * received / shard
     return total
 
 
@@ -227,36 +234,45 @@ def _gathered(operand: int, dim: int) -> Halo:
     return Halo(operand, dim, 0, -1)
 
 
-def _halo_extent(p: Partitioner, op: ir.Operation, required, halo: Halo,
-                 clipped: bool = True) -> tuple[int, int] | None:
-    """The halo widths `halo` exchanges (`halo_extent`); None where it does
-    not fit.  Unless `clipped`, every device's whole window must fit."""
+def _halo_elements(p: Partitioner, op: ir.Operation, required, halo: Halo,
+                   clipped: bool = True) -> int | None:
+    """Elements along the dim a device receives for `halo`'s window, by the
+    cheaper of `halo_window`'s ways (neighbour halos, or each piece from
+    the shard that holds it, which only serves where it moves less than
+    gathering the dim); None where neither serves it.  Unless `clipped`,
+    only neighbour halos of every device's whole window serve."""
     if halo.length < 0:
         return None
     dim_axes = required[halo.operand].dim_axes[halo.dim]
     if not dim_axes:
-        return 0, 0
+        return 0
     size = shape_of(op.operands[halo.operand])[halo.dim]
     count = p.mesh.axes_size(dim_axes)
+    shard = _ceil(size, count)
     if not clipped:
-        return halo_extent(_ceil(size, count), count, halo.offset, halo.length, halo.step,
-                           starts=halo.starts)
-    return halo_extent(_ceil(size, count), count, halo.offset, halo.length, halo.step, size,
-                       halo.live, halo.starts, halo.needed)
+        extent = halo_extent(shard, count, halo.offset, halo.length, halo.step,
+                             starts=halo.starts)
+        return None if extent is None else sum(extent)
+    extent = halo_extent(shard, count, halo.offset, halo.length, halo.step, size, halo.live,
+                         halo.starts, halo.needed)
+    starts = halo.starts or [halo.offset + q * halo.step for q in range(count)]
+    pieces = pieces_elements(window_pieces(shard, count, size, starts, halo.length, halo.live,
+                                           halo.needed))
+    if extent is not None:
+        return min(sum(extent), pieces)
+    return pieces if pieces <= (count - 1) * shard else None
 
 
 def _fits(p: Partitioner, op: ir.Operation, required, halo: Halo, clipped: bool = True) -> bool:
-    return _halo_extent(p, op, required, halo, clipped) is not None
+    return _halo_elements(p, op, required, halo, clipped) is not None
 
 
 def _window(p: Partitioner, op: ir.Operation, plan: Plan, local: ir.Value, halo: Halo,
             fill: ir.Value | None = None) -> ir.Value:
     dim_axes = plan.required[halo.operand].dim_axes[halo.dim]
     size = shape_of(op.operands[halo.operand])[halo.dim]
-    window = p.emitter.halo_window(local, halo.dim, dim_axes, size, halo.offset, halo.length,
-                                   halo.step, fill, halo.live, halo.starts, halo.needed)
-    assert window is not None, "checked by _fits"
-    return window
+    return p.emitter.halo_window(local, halo.dim, dim_axes, size, halo.offset, halo.length,
+                                 halo.step, fill, halo.live, halo.starts, halo.needed)
 
 
 def _computed_type(result: ir.Value, plan: Plan, kept: dict[int, Halo]) -> ir.Type:
@@ -401,20 +417,45 @@ def _slice_attributes(op: ir.Operation):
 
 def _slice_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     """Windows on split dims; a small slice of a split dim the result wants
-    whole comes from its owner.  The plan's `detail` is (windows, owned)."""
+    whole comes from its owner, where that moves less than the cheapest
+    windowed plan.  The plan's `detail` is (windows, owned)."""
     starts, _, strides = _slice_attributes(op)
+
+    def halos(plan):
+        return _permuted_halos(p, op, plan)
+
     # Slices have no generic per-device form (their attributes hold sizes).
-    plan = _setup(p, op, lambda plan: _permuted_halos(p, op, plan), always=True)
+    plan = _setup(p, op, halos, always=True)
     if plan is None:
         return None
-    owned = _owned_slices(p, op, plan, starts, strides)
+    rule, wanted = plan.rule, plan.wanted
+    as_wanted = _aligned_plan(p, op, rule, wanted, wanted, halos, None,
+                              (FactorKind.PERMUTATION,), True)
+    owned = _owned_slices(p, op, as_wanted, starts, strides)
     if owned:
-        dim_axes = list(plan.required[0].dim_axes)
-        for dim, (axes, _) in owned.items():
-            dim_axes[dim] = axes
-        plan.required[0] = plan.required[0].with_dim_axes(dim_axes)
+        broadcast = _own_pieces(p, op, as_wanted, owned)
+        if _moved_bytes(p, op, as_wanted) + broadcast < _moved_bytes(p, op, plan):
+            plan = as_wanted
+        else:
+            owned = {}
     plan.detail = (_permuted_halos(p, op, plan, owned), owned)
     return plan
+
+
+def _own_pieces(p: Partitioner, op: ir.Operation, plan: Plan, owned) -> float:
+    """Give `plan` the operand layout that leaves each owned slice with its
+    owner, and return the bytes per device its broadcasts move."""
+    dim_axes = list(plan.required[0].dim_axes)
+    for dim, (axes, _) in owned.items():
+        dim_axes[dim] = axes
+    plan.required[0] = plan.required[0].with_dim_axes(dim_axes)
+    shape = list(ir.RankedTensorType(local_type(op.operands[0].type, plan.required[0])).shape)
+    count = 1
+    for dim, (axes, _) in owned.items():
+        shape[dim] = shape_of(op.results[0])[dim]
+        count *= p.mesh.axes_size(axes)
+    piece = math.prod(shape) * element_bytes(ir.RankedTensorType(op.operands[0].type).element_type)
+    return 2 * piece * (count - 1) / count   # an all_reduce
 
 
 @strategy("stablehlo.slice", plan=_slice_plan)
@@ -685,6 +726,25 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                 for factor in rule.operands[1][rhs_dim]:
                     axes[factor] = ()
 
+    def kernel_window_split(rule, axes):
+        # Input and kernel split alike along a spatial dim (a kernel gradient,
+        # whose "kernel" is the output gradient): each device sums its part of
+        # every window (see `halos`), however unevenly the split divides the
+        # kernel's window (its padding is masked), which the factors' own
+        # major-to-minor split does not express.
+        lhs_source, rhs_source = (p.shardings.get(v) for v in op.operands[:2])
+        if lhs_source is None or rhs_source is None:
+            return
+        used = {a for factor_axes in axes for a in factor_axes}
+        for lhs_dim, rhs_dim in zip(lhs_spatial, rhs_spatial):
+            split = lhs_source.dim_axes[lhs_dim]
+            window = rule.operands[1][rhs_dim]
+            if (split and split == rhs_source.dim_axes[rhs_dim] and len(window) == 1
+                    and not used & set(split)
+                    and not any(axes[f] for f in rule.operands[0][lhs_dim])):
+                axes[window[0]] = split
+                used.update(split)
+
     def halos(plan):
         found = []
         for i, (lhs_dim, rhs_dim, out_dim) in enumerate(zip(lhs_spatial, rhs_spatial,
@@ -712,7 +772,7 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                 found.append(_gathered(0, lhs_dim))
         return found
 
-    plan = _setup(p, op, halos, forced=one_split_per_dim, always=True)
+    plan = _setup(p, op, halos, forced=one_split_per_dim, always=True, seed=kernel_window_split)
     if plan is None:
         return None
 

@@ -196,3 +196,31 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
     return %0 : tensor<4x10xf32>
   }
 }
+
+// -----
+
+// The first 2 columns of a column-sharded 2x32 on 4 devices, wanted split
+// the same way (the top-k of a sort): device 1's column lies in device 0's
+// shard, 7 columns left of its own, where a halo would bring the whole
+// shard.  Each window's pieces come from the shards that hold them: one
+// collective_permute of one column (the piece device q+1 needs, cut by
+// device q at a per-device offset: table [1, 0, 0, 0]).
+
+// CHECK-LABEL: func.func public @main
+// CHECK-NOT: all_gather
+// CHECK: %[[CUTS:.*]] = stablehlo.constant dense<[1, 0, 0, 0]> : tensor<4xi32>
+// CHECK: %[[PIECE:.*]] = stablehlo.dynamic_slice %{{.*}}, %{{.*}}, %{{.*}}, sizes = [2, 1]
+// CHECK-NEXT: %[[MOVED:.*]] = "stablehlo.collective_permute"(%[[PIECE]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 1], [1, 2], [2, 3]]>
+// CHECK-SAME: (tensor<2x1xf32>) -> tensor<2x1xf32>
+// CHECK-NOT: collective_permute
+// CHECK-NOT: all_gather
+// CHECK: return %{{.*}} : tensor<2x2xf32>
+
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @first_two(%a: tensor<2x32xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"})
+      -> (tensor<2x2xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) {
+    %0 = stablehlo.slice %a [0:2, 0:2] {mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<2x32xf32>) -> tensor<2x2xf32>
+    return %0 : tensor<2x2xf32>
+  }
+}
