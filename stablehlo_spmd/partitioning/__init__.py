@@ -5,11 +5,13 @@
 * `strategy`: the `Plan`/`Strategy` protocol, the registry keyed by op name,
   the rule-driven and replicated defaults, and the factor-axes planning
   every rule-based strategy starts from;
-* `skeleton`: the shard_map frame (global signature, ``sdy.manual_computation``);
+* `skeleton`: the frame around the per-device program (global signature,
+  ``sdy.manual_computation``, or GSPMD's manual form where a boundary
+  value does not divide);
 * one module per family of ops whose per-device form needs more than new
-  types: `basic` (constants, iota, sharding constraints), `windowed` (halo
-  exchange), `indexing` (gather, scatter), `sorting` (top-k), `control`
-  (loops, branches, calls, run-time-offset slices).
+  types: `basic` (constants, iota, sharding constraints, custom calls),
+  `windowed` (halo exchange), `indexing` (gather, scatter), `sorting` (sort,
+  top-k), `control` (loops, branches, calls, run-time-offset slices).
 
 Importing this package registers every strategy.
 """
