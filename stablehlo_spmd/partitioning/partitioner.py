@@ -88,7 +88,14 @@ class Partitioner:
             with terminator.location:
                 returned = [self.to(v, s) for v, s in zip(terminator.operands, result_shardings)]
         skeleton.finish(returned)
+        # A function an op names in `called_computations` (a sort or top-k
+        # comparator on scalars, say) is not called per device: it stays as
+        # it is, unless a call site re-created it under its name.
+        referenced = _called_computations(self.module) - set(self.outlined.values())
         for op in replaced:
+            if op.name == "func.func" and op is not self.func and \
+                    ir.StringAttr(op.attributes["sym_name"]).value in referenced:
+                continue
             op.erase()
         attributes = self.module.attributes
         i32 = ir.IntegerType.get_signless(32, self.context)
@@ -278,6 +285,20 @@ def _whole_unit_dims(sharding: Sharding, shape: tuple[int, ...]) -> Sharding:
         return sharding
     return sharding.with_dim_axes(tuple(() if size == 1 else axes
                                         for axes, size in zip(sharding.dim_axes, shape)))
+
+
+def _called_computations(module: ir.Operation) -> set[str]:
+    """The symbols ops of `module` name in their ``called_computations``."""
+    found: set[str] = set()
+
+    def visit(op):
+        if "called_computations" in op.attributes:
+            for ref in ir.ArrayAttr(op.attributes["called_computations"]):
+                found.add(ir.FlatSymbolRefAttr(ref).value)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found
 
 
 def is_private(func: ir.Operation) -> bool:

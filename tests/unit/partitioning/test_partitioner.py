@@ -9,6 +9,7 @@ the partitioned text is checked for them too.
 """
 
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -297,3 +298,29 @@ def test_a_product_of_two_partial_values_sums_one_of_them_first():
     (got,) = ss.run(partitioned, inputs)
     (want,) = ss.run_single_device(PRODUCT_OF_TWO_PARTIALS, inputs)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+WITH_COMPARATOR = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
+  func.func private @less(%a: tensor<f32>, %b: tensor<f32>) -> tensor<i1> {
+    %0 = stablehlo.compare LT, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    return %0 : tensor<i1>
+  }
+  func.func @main(%x: tensor<8xf32> {mhlo.sharding = "{devices=[2]<=[2]}"}) -> tensor<8xf32> {
+    %0 = stablehlo.custom_call @opaque(%x) {called_computations = [@less]}
+      : (tensor<8xf32>) -> tensor<8xf32>
+    return %0 : tensor<8xf32>
+  }
+}
+"""
+
+
+def test_a_function_named_by_called_computations_is_kept():
+    # Only called functions were re-created per device; a comparator that a
+    # custom call names was dropped, leaving the call's reference dangling
+    # (the module did not verify).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        partitioned = ss.run_passes(WITH_COMPARATOR, "builtin.module(spmd-propagate,spmd-partition)")
+    assert "called_computations = [@less]" in partitioned
+    assert re.search(r"func\.func private @less\(", partitioned)
