@@ -709,6 +709,8 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     lhs_dilation = optional_array(op, "lhs_dilation", spatial, 1)
     rhs_dilation = optional_array(op, "rhs_dilation", spatial, 1)
     padding = padding_pairs(op, spatial)
+    reversed_window = ([bool(r) for r in ir.DenseBoolArrayAttr(op.attributes["window_reversal"])]
+                       if "window_reversal" in op.attributes else [False] * spatial)
     dilated = {lhs_spatial[i]: (Window(-padding[i][0], strides[i],
                                        (n_rhs[rhs_spatial[i]] - 1) * rhs_dilation[i] + 1,
                                        m_out[out_spatial[i]]), lhs_dilation[i])
@@ -745,6 +747,15 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                 axes[window[0]] = split
                 used.update(split)
 
+    def kernel_split(plan, i) -> tuple:
+        """The axes splitting spatial dim i's kernel window between devices
+        (each sums its part of every window), or ()."""
+        dim_axes = plan.required[0].dim_axes[lhs_spatial[i]]
+        if (not dim_axes or dim_axes == plan.produced[0].dim_axes[out_spatial[i]]
+                or lhs_dilation[i] != 1 or dim_axes != plan.required[1].dim_axes[rhs_spatial[i]]):
+            return ()
+        return dim_axes
+
     def halos(plan):
         found = []
         for i, (lhs_dim, rhs_dim, out_dim) in enumerate(zip(lhs_spatial, rhs_spatial,
@@ -758,14 +769,17 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                 halo = _window_halo(p, op, plan, 0, lhs_dim, dilated)
                 if halo is not None:
                     found.append(halo)
-            elif lhs_dilation[i] != 1:
-                found.append(_gathered(0, lhs_dim))
-            elif dim_axes == plan.required[1].dim_axes[rhs_dim]:
+            elif kernel_split(plan, i):
                 # Kernel window split (a kernel gradient's "kernel" is the
                 # output gradient): each device reads the input under its part
-                # of every window and sums a partial result.
+                # of every window and sums a partial result.  A reversed
+                # kernel's part p-1-q pairs with the window positions part q
+                # of an unreversed one does, less the last part's padding:
+                # the parts are mirrored first (see `emit`).
                 s_in, s_kernel = _shard(p, size, dim_axes), _shard(p, kernel, dim_axes)
-                found.append(Halo(0, lhs_dim, -padding[i][0],
+                padded = s_kernel * p.mesh.axes_size(dim_axes) - kernel
+                first = -padded * rhs_dilation[i] if reversed_window[i] else 0
+                found.append(Halo(0, lhs_dim, first - padding[i][0],
                                   (windows - 1) * strides[i] + (s_kernel - 1) * rhs_dilation[i] + 1,
                                   s_kernel * rhs_dilation[i] - s_in))
             else:
@@ -786,6 +800,9 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         lhs_feature = numbers.input_feature_dimension
         lhs = _zero_padding(p, lhs, lhs_feature, plan.required[0].dim_axes[lhs_feature],
                             n_lhs[lhs_feature])
+        for i in range(spatial):
+            if reversed_window[i] and kernel_split(plan, i):
+                rhs = p.emitter.mirror(rhs, kernel_split(plan, i))
         found = halos(plan)
         for halo in found:
             lhs = _window(p, op, plan, lhs, halo)

@@ -311,28 +311,35 @@ def test_roll_along_a_sharded_dim_gathers_nothing(shift):
     assert counts["all_gather"] == 0 and counts["all_reduce"] == 0
 
 
-def test_kernel_gradient_with_an_uneven_split_of_the_dilated_kernel():
+@pytest.mark.parametrize("rows, reverse, halo", [(14, "false", 1), (14, "true", 2),
+                                                 (16, "true", 1)])
+def test_kernel_gradient_with_a_split_of_the_dilated_kernel(rows, reverse, halo):
     # The kernel gradient of a stride-2 convolution over 14 rows split in 2:
     # the input x (7 rows a device) against the output gradient (7 rows,
     # dilated by 2: 4 and 3 a device).  Each device sums its part of every
-    # window (the padding row of the gradient masked): one row of x from the
-    # neighbour, one all_reduce of the 3x3 kernel gradient, nothing gathered.
+    # window (the padding row of the gradient masked): one row of x from a
+    # neighbour, one all_reduce of the 3x3 kernel gradient, nothing
+    # gathered.  A reversed kernel's part 0 pairs with the end of every
+    # window: the two devices swap their parts of it first (the padding row
+    # then leads the window: two rows of x).
     program = """
 module attributes {spmd.mesh = #sdy.mesh<["h"=2]>} {
-  func.func @main(%x: tensor<8x14x14x4xf32> {mhlo.sharding = "{devices=[1,2,1,1]<=[2]}"},
-                  %dy: tensor<8x7x7x4xf32> {mhlo.sharding = "{devices=[1,2,1,1]<=[2]}"})
+  func.func @main(%x: tensor<8xROWSx14x4xf32> {mhlo.sharding = "{devices=[1,2,1,1]<=[2]}"},
+                  %dy: tensor<8xHALFx7x4xf32> {mhlo.sharding = "{devices=[1,2,1,1]<=[2]}"})
       -> (tensor<3x3x4x4xf32> {mhlo.sharding = "{replicated}"}) {
     %0 = stablehlo.convolution(%x, %dy) dim_numbers = [f, 0, 1, b]x[i, 0, 1, o]->[0, 1, b, f],
-        window = {stride = [1, 1], pad = [[1, 0], [1, 0]], lhs_dilate = [1, 1], rhs_dilate = [2, 2]}
+        window = {stride = [1, 1], pad = [[1, 0], [1, 0]], lhs_dilate = [1, 1],
+                  rhs_dilate = [2, 2], reverse = [REVERSE, false]}
         {batch_group_count = 1 : i64, feature_group_count = 1 : i64,
          mhlo.sharding = "{replicated}"}
-        : (tensor<8x14x14x4xf32>, tensor<8x7x7x4xf32>) -> tensor<3x3x4x4xf32>
+        : (tensor<8xROWSx14x4xf32>, tensor<8xHALFx7x4xf32>) -> tensor<3x3x4x4xf32>
     return %0 : tensor<3x3x4x4xf32>
   }
-}"""
-    args = [np.asarray(_random(8, 14, 14, 4)), np.asarray(_random(8, 7, 7, 4))]
+}""".replace("ROWS", str(rows)).replace("HALF", str(rows // 2)).replace("REVERSE", reverse)
+    args = [np.asarray(_random(8, rows, 14, 4)), np.asarray(_random(8, rows // 2, 7, 4))]
     partitioned = _compare_text(program, None, args, rtol=1e-4, atol=1e-3)
     permuted = re.findall(r'"stablehlo\.collective_permute".*-> tensor<([0-9x]+)xf32>', partitioned)
-    assert permuted == ["8x1x14x4"]
+    swapped = [f"8x{-(-rows // 4)}x7x4"] if reverse == "true" else []
+    assert sorted(permuted) == sorted(swapped + [f"8x{halo}x14x4"])
     assert partitioned.count('"stablehlo.all_reduce"') == 1
     assert '"stablehlo.all_gather"' not in partitioned
