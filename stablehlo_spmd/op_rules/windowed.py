@@ -31,6 +31,7 @@ non-conservative ones, and a blocked factor is simply its kind.
 from __future__ import annotations
 
 import types
+from typing import NamedTuple
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -359,6 +360,50 @@ def _select_and_scatter(op: ir.Operation):
     return builder.build(reduction=kind, keeps_attributes=True)
 
 
+class ConvWindow(NamedTuple):
+    """A convolution's window attributes, one entry per spatial dim."""
+
+    strides: list[int]
+    lhs_dilation: list[int]
+    rhs_dilation: list[int]
+    padding: list[tuple[int, int]]
+    reversed: list[bool]
+
+
+def conv_window(op: ir.Operation, rank: int) -> ConvWindow:
+    """`op`'s window attributes over its `rank` spatial dims, defaults filled in."""
+    reversed_window = ([bool(r) for r in ir.DenseBoolArrayAttr(op.attributes["window_reversal"])]
+                       if "window_reversal" in op.attributes else [False] * rank)
+    return ConvWindow(optional_array(op, "window_strides", rank, 1),
+                      optional_array(op, "lhs_dilation", rank, 1),
+                      optional_array(op, "rhs_dilation", rank, 1),
+                      padding_pairs(op, rank), reversed_window)
+
+
+def parallel_spatial_dims(op: ir.Operation) -> list[bool]:
+    """Per spatial dim of a convolution, whether window j meets only input
+    element j and kernel element j: n elements each, the input dilated by
+    n and windows n - 1 apart (window j, at dilated position j*(n-1), holds
+    one element, j*n, at its offset j), no padding, kernel dilation or
+    reversal.  XLA writes a dot's batch dim this way."""
+    numbers = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    lhs_spatial = list(numbers.input_spatial_dimensions)
+    rank = len(lhs_spatial)
+    shapes = static_shapes([op.operands[0], op.operands[1], op.results[0]])
+    if shapes is None:
+        return [False] * rank
+    lhs_shape, rhs_shape, out_shape = shapes
+    strides, lhs_dilation, rhs_dilation, padding, reversed_window = conv_window(op, rank)
+    found = []
+    for i, (lhs_dim, rhs_dim, out_dim) in enumerate(zip(
+            lhs_spatial, numbers.kernel_spatial_dimensions, numbers.output_spatial_dimensions)):
+        n = lhs_shape[lhs_dim]
+        found.append(n > 1 and rhs_shape[rhs_dim] == n and out_shape[out_dim] == n
+                     and lhs_dilation[i] == n and strides[i] == n - 1 and rhs_dilation[i] == 1
+                     and padding[i] == (0, 0) and not reversed_window[i])
+    return found
+
+
 @register("stablehlo.convolution")
 def _convolution(op: ir.Operation):
     """A convolution is a dot_general whose spatial dims are windows.
@@ -368,7 +413,10 @@ def _convolution(op: ir.Operation):
     * batch groups (``batch_group_count`` > 1): lhs batch, kernel output
       feature and output feature, PASS_THROUGH (each group its own conv);
     * per-group batch: lhs batch and output batch, PASS_THROUGH;
-    * per spatial dim, an lhs spatial dim splits into up to two factors, the
+    * a spatial dim where window j meets only input element j and kernel
+      element j (`parallel_spatial_dims`) is one PASS_THROUGH factor of lhs,
+      kernel and output, like a batch dim (XLA's "parallel" conv dims);
+    * per other spatial dim, an lhs spatial dim splits into up to two factors, the
       larger of the two first: the number of windows (with the output
       spatial dim, PERMUTATION: halo exchange) and the window size (with the
       kernel spatial dim, REDUCTION: each device sums its part of every
@@ -405,10 +453,7 @@ def _convolution(op: ir.Operation):
     rhs_spatial = list(numbers.kernel_spatial_dimensions)
     out_spatial = list(numbers.output_spatial_dimensions)
     spatial_rank = len(lhs_spatial)
-    strides = optional_array(op, "window_strides", spatial_rank, 1)
-    lhs_dilation = optional_array(op, "lhs_dilation", spatial_rank, 1)
-    rhs_dilation = optional_array(op, "rhs_dilation", spatial_rank, 1)
-    padding = padding_pairs(op, spatial_rank)
+    strides, lhs_dilation, rhs_dilation, padding, _ = conv_window(op, spatial_rank)
 
     builder = RuleBuilder([len(lhs_shape), len(rhs_shape)], [len(out_shape)])
     group_factors = []  # (count attribute, group factor, its lhs dim)
@@ -417,8 +462,12 @@ def _convolution(op: ir.Operation):
             batch_groups, PASS, [lhs_batch, rhs_out], [out_feature]), lhs_batch))
     builder.factor(out_shape[out_batch], PASS, [lhs_batch, None], [out_batch])
 
+    parallel = parallel_spatial_dims(op)
     for index, (lhs_dim, rhs_dim, out_dim) in enumerate(zip(lhs_spatial, rhs_spatial, out_spatial)):
         windows, window_size = out_shape[out_dim], rhs_shape[rhs_dim]
+        if parallel[index]:
+            builder.factor(windows, PASS, [lhs_dim, rhs_dim], [out_dim])
+            continue
         left = lhs_shape[lhs_dim]
         one_to_one = _window_passes([window_size], [strides[index]], [padding[index]],
                                     [lhs_dilation[index]], 0)

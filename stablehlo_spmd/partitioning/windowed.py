@@ -56,7 +56,8 @@ from stablehlo_spmd import op_rules
 from stablehlo_spmd.collectives import halo_extent, pieces_elements, window_pieces
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.op_rules import FactorKind, OpRule, Window, int_array
-from stablehlo_spmd.op_rules.windowed import is_zero_scalar, optional_array, padding_pairs
+from stablehlo_spmd.op_rules.windowed import (
+    conv_window, is_zero_scalar, optional_array, padding_pairs, parallel_spatial_dims)
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import (
     Plan, _reshard_bytes, factor_axes, plan_from_axes, strategy)
@@ -705,16 +706,12 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     out_spatial = list(numbers.output_spatial_dimensions)
     n_lhs, n_rhs, m_out = (shape_of(v) for v in (*op.operands[:2], op.results[0]))
     spatial = len(lhs_spatial)
-    strides = optional_array(op, "window_strides", spatial, 1)
-    lhs_dilation = optional_array(op, "lhs_dilation", spatial, 1)
-    rhs_dilation = optional_array(op, "rhs_dilation", spatial, 1)
-    padding = padding_pairs(op, spatial)
-    reversed_window = ([bool(r) for r in ir.DenseBoolArrayAttr(op.attributes["window_reversal"])]
-                       if "window_reversal" in op.attributes else [False] * spatial)
+    strides, lhs_dilation, rhs_dilation, padding, reversed_window = conv_window(op, spatial)
+    parallel = parallel_spatial_dims(op)
     dilated = {lhs_spatial[i]: (Window(-padding[i][0], strides[i],
                                        (n_rhs[rhs_spatial[i]] - 1) * rhs_dilation[i] + 1,
                                        m_out[out_spatial[i]]), lhs_dilation[i])
-               for i in range(spatial) if lhs_dilation[i] != 1}
+               for i in range(spatial) if lhs_dilation[i] != 1 and not parallel[i]}
 
     def one_split_per_dim(rule, axes):
         # Devices must hold whole groups: then only the group count changes.
@@ -818,6 +815,14 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                 count = ir.IntegerAttr(op.attributes[count_attr]).value
                 new_op.attributes[count_attr] = ir.IntegerAttr.get(
                     ir.IntegerType.get_signless(64), _shard(p, count, plan.axes[group]))
+        # A split parallel dim is the same pattern over the device's share.
+        shares = [shape_of(lhs)[lhs_spatial[i]] if parallel[i] else None for i in range(spatial)]
+        if any(share is not None and share != n_lhs[lhs_spatial[i]]
+               for i, share in enumerate(shares)):
+            new_op.attributes["lhs_dilation"] = _array_attr(
+                share or lhs_dilation[i] for i, share in enumerate(shares))
+            new_op.attributes["window_strides"] = _array_attr(
+                max(share - 1, 1) if share else strides[i] for i, share in enumerate(shares))
         return [_own_results(p, plan, new_op.results[0], kept)]
 
     plan.detail = emit

@@ -293,6 +293,14 @@ def test_convolution_padding_of_an_uneven_split_is_zeroed_before_it_is_summed():
     assert conv_rule("4x9x8x3", "9x3x3x16", "4x3x6x16", pad="[[1, 1], [0, 0]]").masks_padding
 
 
+def test_convolution_parallel_spatial_dim_is_a_batch_of_input_kernel_and_output():
+    # XLA's spelling of a dot's batch dim: 4 elements, the input dilated by
+    # 4, windows of 4 at stride 3: window j meets input j and kernel j only.
+    rule = conv_rule("2x4x6x3", "4x3x3x5", "2x4x4x5", stride="[3, 1]", lhs_dilate="[4, 1]")
+    expect(rule, {"n": (2, P), "j": (4, P), "w": (4, M), "i": (3, R), "o": (5, P)},
+           ["njwi", ("j", "", "i", "o")], ["njwo"], SEPARATE, (0, 1), "sum")
+
+
 def test_dynamic_shapes_have_no_rule():
     rule = rule_of("""
       func.func @main(%a: tensor<?x10xf32>) -> tensor<?x10xf32> {

@@ -343,3 +343,29 @@ module attributes {spmd.mesh = #sdy.mesh<["h"=2]>} {
     assert sorted(permuted) == sorted(swapped + [f"8x{halo}x14x4"])
     assert partitioned.count('"stablehlo.all_reduce"') == 1
     assert '"stablehlo.all_gather"' not in partitioned
+
+
+def test_convolution_with_a_parallel_dim_split_runs_on_each_share():
+    # Dim 0 is XLA's spelling of a batch dim (8 elements, the input dilated
+    # by 8, windows 7 apart): split over x, each device runs the same
+    # pattern over its 4 (dilation 4, stride 3); dim 1, an ordinary window
+    # split over y, exchanges halos.  Nothing is gathered or summed.
+    program = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
+  func.func @main(%x: tensor<8x6x4x3xf32> {mhlo.sharding = "{devices=[2,2,1,1]<=[4]}"},
+                  %w: tensor<8x3x5x3xf32> {mhlo.sharding = "{devices=[2,1,1,1,2]<=[4] last_tile_dim_replicate}"})
+      -> (tensor<8x6x4x5xf32> {mhlo.sharding = "{devices=[2,2,1,1]<=[4]}"}) {
+    %0 = stablehlo.convolution(%x, %w) dim_numbers = [0, 1, b, f]x[0, 1, o, i]->[0, 1, b, f],
+        window = {stride = [7, 1], pad = [[0, 0], [1, 1]], lhs_dilate = [8, 1], rhs_dilate = [1, 1]}
+        {batch_group_count = 1 : i64, feature_group_count = 1 : i64,
+         mhlo.sharding = "{devices=[2,2,1,1]<=[4]}"}
+        : (tensor<8x6x4x3xf32>, tensor<8x3x5x3xf32>) -> tensor<8x6x4x5xf32>
+    return %0 : tensor<8x6x4x5xf32>
+  }
+}"""
+    args = [np.asarray(_random(8, 6, 4, 3)), np.asarray(_random(8, 3, 5, 3))]
+    partitioned = _compare_text(program, None, args)
+    assert re.search(r"lhs_dilate = \[4, 1\]", partitioned)
+    assert '"stablehlo.all_gather"' not in partitioned
+    assert '"stablehlo.all_reduce"' not in partitioned
+    assert partitioned.count('"stablehlo.collective_permute"') == 2
