@@ -342,28 +342,40 @@ class Emitter:
 
     @_placed
     def halo_window_transpose(self, value: ir.Value, dim: int, axes: Sequence[str],
-                              shard_size: int, offset: int, step: int = 0) -> ir.Value:
+                              shard_size: int, offset: int, step: int = 0,
+                              global_size: int | None = None,
+                              live: int | None = None) -> ir.Value:
         """Sum what each device computed on its `halo_window` back onto the
         shards that own those elements: the transpose of
-        ``halo_window(shard, dim, axes, _, offset, length, step)``, with
-        length `value`'s extent along `dim`."""
+        ``halo_window(shard, dim, axes, global_size, offset, length, step,
+        live=live)``, with length `value`'s extent along `dim`.  With
+        `global_size`, what lands outside the tensor, and all that devices
+        from `live` on computed, must be zero: it is not sent."""
         length = _shape(value)[dim]
         count = self.mesh.axes_size(axes)
+        live = count if live is None else min(live, count)
         starts = [offset + q * step for q in range(count)]
-        left = max(0, -min(starts))
-        extent = left + max(shard_size, max(starts) + length)
-        if step or left + offset:
+        left, right = halo_extent(shard_size, count, offset, length, step, global_size, live)
+        # The buffer holds every window; only [q*s - left, q*s + s + right) of
+        # it is returned.
+        before = max([left] + [-start for start in starts[:live]])
+        after = max([right] + [start + length - shard_size for start in starts[:live]])
+        extent = before + shard_size + after
+        if step or before + offset:
             # Put each device's window where it sits in its padded
-            # neighbourhood [q*s - left, q*s + s + right).
+            # neighbourhood [q*s - before, q*s + s + after).
             shape = _shape(value)
             shape[dim] = extent
             zeros = stablehlo.BroadcastInDimOp(_like(value, shape),
                                                scalar_zero(_element_type(value)), []).result
             start = self._lookup(tuple(axes), step)
-            start = stablehlo.AddOp(start, int_constant(left + offset, start.type)).result
+            start = stablehlo.AddOp(start, int_constant(before + offset, start.type)).result
             indices = [int_constant(0, start.type)] * len(shape)
             indices[dim] = start
             value = stablehlo.DynamicUpdateSliceOp(zeros, value, indices).result
+        elif length < extent:
+            value = self.pad(value, dim, extent)
+        value = self._edge(value, dim, before - left, before + shard_size + right)
         return self.halo_return(value, dim, axes, left, shard_size)
 
     @_placed

@@ -99,14 +99,14 @@ def _setup(p: Partitioner, op: ir.Operation,
            forced: Callable[[OpRule, list[tuple]], None] | None = None,
            always: bool = False,
            windowed_kinds: tuple[FactorKind, ...] = (FactorKind.PERMUTATION,),
-           clipped: bool = True,
+           returned: bool = False,
            seed: Callable[[OpRule, list[tuple]], None] | None = None) -> Plan | None:
     """The cheapest of the plans that align the op with its result or with
     one of its operands (`_alignments`), priced in bytes moved
     (`_moved_bytes`).  None when no window is left, unless `always` (the op
     has no generic path).  The plan's `detail` is the windows found.
-    `clipped`: a window reaching past the tensor or a neighbour's shard
-    only where it reads padding fits (see `_fits`).  `seed` may give
+    `returned`: the op returns what it computes on its windows to their
+    owners, which only neighbour halos serve (see `_fits`).  `seed` may give
     factors axes the rule's defaults leave out, before windows are checked.
 
     Aligning with an operand is what XLA's partitioner does when the result
@@ -121,7 +121,7 @@ def _setup(p: Partitioner, op: ir.Operation,
     best: tuple[float, Plan] | None = None
     for target in _alignments(p, op, rule, wanted):
         plan = _aligned_plan(p, op, rule, wanted, target, halos, forced, windowed_kinds,
-                             clipped, seed)
+                             returned, seed)
         cost = _moved_bytes(p, op, plan)
         if best is None or cost < best[0]:
             best = (cost, plan)
@@ -177,7 +177,7 @@ def _implied_sharding(p: Partitioner, dims, factor_axes_of) -> Sharding:
 def _aligned_plan(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[Sharding],
                   target: list[Sharding], halos: Callable[[Plan], list[Halo]],
                   forced: Callable[[OpRule, list[tuple]], None] | None,
-                  windowed_kinds: tuple[FactorKind, ...], clipped: bool,
+                  windowed_kinds: tuple[FactorKind, ...], returned: bool,
                   seed: Callable[[OpRule, list[tuple]], None] | None = None) -> Plan:
     """Factor axes from `target` (as if the results wanted it), with the
     factors of `windowed_kinds` sharded as it wants them, less those on
@@ -204,7 +204,7 @@ def _aligned_plan(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[S
                             if set(old) - set(new))
         plan = plan_from_axes(p, op, rule, wanted, axes, stripped)
         found = halos(plan)
-        misfits = [h for h in found if not _fits(p, op, plan.required, h, clipped)]
+        misfits = [h for h in found if not _fits(p, op, plan.required, h, returned)]
         if not misfits:
             plan.detail = found
             return plan
@@ -236,12 +236,13 @@ def _gathered(operand: int, dim: int) -> Halo:
 
 
 def _halo_elements(p: Partitioner, op: ir.Operation, required, halo: Halo,
-                   clipped: bool = True) -> int | None:
+                   returned: bool = False) -> int | None:
     """Elements along the dim a device receives for `halo`'s window, by the
     cheaper of `halo_window`'s ways (neighbour halos, or each piece from
     the shard that holds it, which only serves where it moves less than
-    gathering the dim); None where neither serves it.  Unless `clipped`,
-    only neighbour halos of every device's whole window serve."""
+    gathering the dim); None where neither serves it.  Where the op
+    returns what it computes on the windows (`returned`), only neighbour
+    halos serve."""
     if halo.length < 0:
         return None
     dim_axes = required[halo.operand].dim_axes[halo.dim]
@@ -250,12 +251,10 @@ def _halo_elements(p: Partitioner, op: ir.Operation, required, halo: Halo,
     size = shape_of(op.operands[halo.operand])[halo.dim]
     count = p.mesh.axes_size(dim_axes)
     shard = _ceil(size, count)
-    if not clipped:
-        extent = halo_extent(shard, count, halo.offset, halo.length, halo.step,
-                             starts=halo.starts)
-        return None if extent is None else sum(extent)
     extent = halo_extent(shard, count, halo.offset, halo.length, halo.step, size, halo.live,
                          halo.starts, halo.needed)
+    if returned:
+        return None if extent is None else sum(extent)
     starts = halo.starts or [halo.offset + q * halo.step for q in range(count)]
     pieces = pieces_elements(window_pieces(shard, count, size, starts, halo.length, halo.live,
                                            halo.needed))
@@ -264,8 +263,9 @@ def _halo_elements(p: Partitioner, op: ir.Operation, required, halo: Halo,
     return pieces if pieces <= (count - 1) * shard else None
 
 
-def _fits(p: Partitioner, op: ir.Operation, required, halo: Halo, clipped: bool = True) -> bool:
-    return _halo_elements(p, op, required, halo, clipped) is not None
+def _fits(p: Partitioner, op: ir.Operation, required, halo: Halo,
+          returned: bool = False) -> bool:
+    return _halo_elements(p, op, required, halo, returned) is not None
 
 
 def _window(p: Partitioner, op: ir.Operation, plan: Plan, local: ir.Value, halo: Halo,
@@ -860,9 +860,8 @@ def _select_and_scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     def halos(plan):
         return _permuted_halos(p, op, plan)
 
-    # The scatter returns every device's whole window to its owners
-    # (`halo_window_transpose`): each must fit, not only its inside part.
-    plan = _setup(p, op, halos, forced=source_follows_operand, clipped=False)
+    # The scatter returns its windows to their owners (`halo_window_transpose`).
+    plan = _setup(p, op, halos, forced=source_follows_operand, returned=True)
     if plan is None:
         return None
 
@@ -888,7 +887,8 @@ def _select_and_scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
             dim_axes = plan.required[0].dim_axes[halo.dim]
             size = _shard(p, n_in[halo.dim], dim_axes)
             result = p.emitter.halo_window_transpose(result, halo.dim, dim_axes, size,
-                                                     halo.offset, halo.step)
+                                                     halo.offset, halo.step, n_in[halo.dim],
+                                                     halo.live)
         return [result]
 
     plan.detail = emit

@@ -369,3 +369,37 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
     assert '"stablehlo.all_gather"' not in partitioned
     assert '"stablehlo.all_reduce"' not in partitioned
     assert partitioned.count('"stablehlo.collective_permute"') == 2
+
+
+def test_select_and_scatter_on_rows_that_do_not_divide():
+    # The max-pool gradient's scatter of XLA's SelectAndScatterWithOverlap:
+    # 11 rows over 4 devices (3 a device, the last 2), 6 windows of 3 at
+    # stride 2 (2 a device, the last device none).  What reaches past the
+    # tensor, and the last device's windows, hold nothing to exchange or to
+    # return: one row of halo each way forward, back the same, nothing
+    # gathered.
+    program = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @main(%operand: tensor<11x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                  %source: tensor<6x2xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<11x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %zero = stablehlo.constant dense<0.0> : tensor<f32>
+    %0 = "stablehlo.select_and_scatter"(%operand, %source, %zero) ({
+      ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+        %ge = stablehlo.compare GE, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
+        stablehlo.return %ge : tensor<i1>
+    }, {
+      ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+        %sum = stablehlo.add %a, %b : tensor<f32>
+        stablehlo.return %sum : tensor<f32>
+    }) {window_dimensions = array<i64: 3, 2>, window_strides = array<i64: 2, 2>,
+        padding = dense<[[1, 1], [0, 0]]> : tensor<2x2xi64>, mhlo.sharding = "{devices=[4,1]<=[4]}"}
+      : (tensor<11x4xf32>, tensor<6x2xf32>, tensor<f32>) -> tensor<11x4xf32>
+    return %0 : tensor<11x4xf32>
+  }
+}"""
+    args = [np.asarray(_random(11, 4)), np.asarray(_random(6, 2))]
+    partitioned = _compare_text(program, None, args)
+    assert '"stablehlo.all_gather"' not in partitioned
+    moved = _moved_elements(partitioned)
+    assert moved and all(elements <= 2 * 4 for elements in moved)
