@@ -27,7 +27,8 @@ from stablehlo_spmd.op_rules import FactorKind
 from stablehlo_spmd.op_rules.indexing import implicit_batching_dims
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import (
-    Plan, _reshard_bytes, dealt_axes, factor_axes, layout, plan_from_axes, rule_plan, strategy)
+    Plan, dealt_axes, factor_axes, layout, plan_from_axes, plan_reshard_bytes, rule_plan,
+    strategy)
 from stablehlo_spmd.shapes import int_constant, local_type, shape_of, zeros
 from stablehlo_spmd.sharding import Sharding
 
@@ -72,7 +73,7 @@ def _cheapest_plan(p: Partitioner, op: ir.Operation, serves) -> Plan | None:
     if by_operands != partial.axes:
         plans.append(plan_from_axes(p, op, rule, partial.wanted, by_operands))
     plans = [plan for plan in plans if serves(plan)]
-    return min(plans, key=lambda plan: _reshard_bytes(p, op, plan), default=None)
+    return min(plans, key=lambda plan: plan_reshard_bytes(p, op, plan), default=None)
 
 
 def _operands_way(p: Partitioner, op: ir.Operation, rule) -> list[Sharding]:

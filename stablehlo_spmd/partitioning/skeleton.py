@@ -82,7 +82,8 @@ class ShardMapSkeleton:
         outer = self.function.add_entry_block(arg_locs=locations)
         with ir.InsertionPoint(outer), old_main.location:
             operands = [_padded(arg, s) for arg, s in zip(outer.arguments, arg_shardings)]
-            padded_results = [_whole_shards_type(t, s) for t, s in zip(result_types, result_shardings)]
+            padded_results = [_whole_shards_type(t, s)
+                              for t, s in zip(result_types, result_shardings)]
             self.manual = sdy.ManualComputationOp(
                 padded_results, operands, _per_value(arg_shardings, context),
                 _per_value(result_shardings, context),
@@ -162,7 +163,8 @@ def _custom_call(target: str, operand: ir.Value, result_type: ir.Type,
 
 def _to_shard(argument: ir.Value, sharding: Sharding, context: ir.Context) -> ir.Value:
     """A global argument as its (ceil-sized) shard on each device."""
-    pinned = _custom_call(SHARDING_TARGET, argument, argument.type, sharding_attr(sharding, context))
+    pinned = _custom_call(SHARDING_TARGET, argument, argument.type,
+                          sharding_attr(sharding, context))
     return _custom_call("SPMDFullToShardShape", pinned, local_type(argument.type, sharding),
                         cached_attr(_MANUAL, context))
 

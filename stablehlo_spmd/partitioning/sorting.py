@@ -31,8 +31,8 @@ from stablehlo_spmd import op_rules
 from stablehlo_spmd.op_rules import FactorKind
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import (
-    RULE_DRIVEN, Plan, Strategy, _reshard_bytes, factor_axes, layout, plan_from_axes, rule_plan,
-    strategy)
+    RULE_DRIVEN, Plan, Strategy, factor_axes, layout, plan_from_axes, plan_reshard_bytes,
+    rule_plan, strategy)
 from stablehlo_spmd.shapes import shape_of
 from stablehlo_spmd.sharding import Sharding
 
@@ -58,7 +58,7 @@ def _sort_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         for a in p.shardings[operand].dim_axes[sorted_dim] if a not in used))
     if not moving:
         return None
-    best, best_bytes = None, _reshard_bytes(p, op, _unread_results_stay(op, by_rule))
+    best, best_bytes = None, plan_reshard_bytes(p, op, _unread_results_stay(op, by_rule))
     for factor, size in enumerate(rule.factor_sizes):
         if factor == sorted_factor:
             continue
@@ -70,7 +70,7 @@ def _sort_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         # The sorted dim is moved whole by an all-to-all, not gathered:
         # nothing to report.
         plan.gathered = plan.gathered - {sorted_factor}
-        cost = _reshard_bytes(p, op, plan)
+        cost = plan_reshard_bytes(p, op, plan)
         if cost < best_bytes:
             best, best_bytes = plan, cost
     return best

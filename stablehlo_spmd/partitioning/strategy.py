@@ -136,7 +136,7 @@ def _cheapest_rule_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
     for reduction_first in (False, True):
         plan = plan_from_axes(p, op, rule, wanted,
                               factor_axes(p, op, rule, wanted, reduction_first))
-        candidates.append((_reshard_bytes(p, op, plan), plan))
+        candidates.append((plan_reshard_bytes(p, op, plan), plan))
         if FactorKind.REDUCTION not in rule.factor_kinds:
             break
     plan = min(candidates, key=lambda c: c[0])[1]
@@ -180,8 +180,8 @@ def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[S
     # With `reduction_first`, reduction factors claim their axes before
     # the result's dims do (a result wanting the same axis then gets it by
     # a reduce-scatter of the local partial).
-    order = sorted(range(rule.num_factors),
-                   key=lambda f: reduction_first and rule.factor_kinds[f] is not FactorKind.REDUCTION)
+    order = sorted(range(rule.num_factors), key=lambda f: (
+        reduction_first and rule.factor_kinds[f] is not FactorKind.REDUCTION))
     for factor in order:
         kind = rule.factor_kinds[factor]
         keep = kind is FactorKind.PASS_THROUGH or (kind is FactorKind.REDUCTION
@@ -284,7 +284,7 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
     return required, produced
 
 
-def _reshard_bytes(p: "Partitioner", op: ir.Operation, plan: Plan) -> float:
+def plan_reshard_bytes(p: "Partitioner", op: ir.Operation, plan: Plan) -> float:
     """Bytes per device the reshards around the local op would move."""
     total = 0.0
     for operand, required in zip(op.operands, plan.required):

@@ -60,7 +60,7 @@ from stablehlo_spmd.op_rules.windowed import (
     conv_window, is_zero_scalar, optional_array, padding_pairs, parallel_spatial_dims)
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import (
-    Plan, _reshard_bytes, factor_axes, plan_from_axes, strategy)
+    Plan, factor_axes, plan_from_axes, plan_reshard_bytes, strategy)
 from stablehlo_spmd.shapes import (
     element_bytes, int_constant, local_type, shape_of, tensor_bytes, zeros)
 from stablehlo_spmd.sharding import Sharding
@@ -218,7 +218,7 @@ def _aligned_plan(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[S
 def _moved_bytes(p: Partitioner, op: ir.Operation, plan: Plan) -> float:
     """Bytes per device a plan moves: the reshards around the local op and
     its halo exchanges."""
-    total = _reshard_bytes(p, op, plan)
+    total = plan_reshard_bytes(p, op, plan)
     for halo in plan.detail:
         layout = plan.required[halo.operand]
         received = _halo_elements(p, op, plan.required, halo)
