@@ -1,4 +1,4 @@
-"""The shard_map form of the output: a global signature around one manual body.
+"""The frame of the output: a global signature around one per-device body.
 
 The partitioned ``@main`` keeps the global argument and result types, each
 with its ``sdy.sharding``, and holds the per-device program in one
@@ -7,7 +7,6 @@ lowers to, which any PJRT client compiles.  `ShardMapSkeleton` builds that
 frame with the MLIR op builders, in the module being partitioned, and hands
 the driver the body block and its per-device arguments; `finish` returns the
 per-device results from the body.
-
 
 When a value at the boundary does not divide (``sdy.manual_computation``
 needs dimensions its axes divide), the frame is written in GSPMD's own
@@ -32,7 +31,7 @@ from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, SDY_SHARDING, SHARDING_TARGET, mesh_attr_text, sdy_sharding_text, sharding_attr)
-from stablehlo_spmd.shapes import local_type, scalar_zero
+from stablehlo_spmd.shapes import local_type
 from stablehlo_spmd.sharding import Sharding
 
 MESH_NAME = "mesh"
@@ -57,50 +56,51 @@ def _divides(value_type: ir.Type, sharding: Sharding) -> bool:
                for d, size in enumerate(ir.RankedTensorType(value_type).shape))
 
 
+def _new_main(module: ir.Operation, old_main: ir.Operation, arg_attrs: ir.Attribute,
+              res_attrs: ir.Attribute, mesh: Mesh | None = None):
+    """A public ``@main`` with `old_main`'s signature at the top of `module`
+    (after an ``sdy.mesh`` when `mesh` is given): (function, entry block)."""
+    context = module.context
+    entry = old_main.regions[0].blocks[0]
+    signature = ir.FunctionType(ir.TypeAttr(old_main.attributes["function_type"]).value)
+    top = module.regions[0].blocks[0]
+    first = top.operations[0] if len(top.operations) else None
+    with ir.InsertionPoint.at_block_begin(top) if first is None else ir.InsertionPoint(first):
+        with old_main.location:
+            if mesh is not None:
+                sdy.MeshOp(MESH_NAME, cached_attr(mesh_attr_text(mesh), context))
+            function = func.FuncOp("main", (list(signature.inputs), list(signature.results)),
+                                   visibility="public")
+    function.attributes["arg_attrs"] = arg_attrs
+    function.attributes["res_attrs"] = res_attrs
+    # The arguments keep their locations: they carry the pytree names.
+    return function, function.add_entry_block(arg_locs=[a.location for a in entry.arguments])
+
+
 class ShardMapSkeleton:
     """A new public ``@main`` (and its ``sdy.mesh``) at the top of `module`,
     whose manual body the driver fills: `body` is the block to emit into and
-    `local_arguments` the per-device arguments."""
+    `local_arguments` the per-device arguments.  (Every boundary value
+    divides here: `skeleton` picks the GSPMD form otherwise.)"""
 
     def __init__(self, module: ir.Operation, mesh: Mesh, old_main: ir.Operation,
                  arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding]):
         context = module.context
-        entry = old_main.regions[0].blocks[0]
-        arg_types = [a.type for a in entry.arguments]
-        result_types = list(ir.FunctionType(
-            ir.TypeAttr(old_main.attributes["function_type"]).value).results)
-        top = module.regions[0].blocks[0]
-        first = top.operations[0] if len(top.operations) else None
-        with ir.InsertionPoint.at_block_begin(top) if first is None else ir.InsertionPoint(first):
-            with old_main.location:
-                sdy.MeshOp(MESH_NAME, cached_attr(mesh_attr_text(mesh), context))
-                self.function = func.FuncOp("main", (arg_types, result_types), visibility="public")
-        self.function.attributes["arg_attrs"] = _sharding_dicts(arg_shardings, context)
-        self.function.attributes["res_attrs"] = _sharding_dicts(result_shardings, context)
-        # The arguments keep their locations: they carry the pytree names.
-        locations = [a.location for a in entry.arguments]
-        outer = self.function.add_entry_block(arg_locs=locations)
+        self.function, outer = _new_main(module, old_main,
+                                         _sharding_dicts(arg_shardings, context),
+                                         _sharding_dicts(result_shardings, context), mesh)
+        result_types = list(self.function.type.results)
         with ir.InsertionPoint(outer), old_main.location:
-            operands = [_padded(arg, s) for arg, s in zip(outer.arguments, arg_shardings)]
-            padded_results = [_whole_shards_type(t, s)
-                              for t, s in zip(result_types, result_shardings)]
-            self.manual = sdy.ManualComputationOp(
-                padded_results, operands, _per_value(arg_shardings, context),
+            manual = sdy.ManualComputationOp(
+                result_types, list(outer.arguments), _per_value(arg_shardings, context),
                 _per_value(result_shardings, context),
                 cached_attr("#sdy<manual_axes{" + ", ".join(f'"{a}"' for a in mesh.axis_names)
                             + "}>", context))
-            block = self.manual.regions[0].blocks.append(
-                *[local_type(t, s) for t, s in zip(arg_types, arg_shardings)], arg_locs=locations)
-            returned = []
-            for value, global_type in zip(self.manual.results, result_types):
-                if value.type != global_type:
-                    shape = ir.RankedTensorType(global_type).shape
-                    value = hlo.SliceOp(value, [0] * len(shape), list(shape),
-                                        [1] * len(shape)).result
-                returned.append(value)
-            func.ReturnOp(returned)
-        self.body = block
-        self.local_arguments = list(block.arguments)
+            self.body = manual.regions[0].blocks.append(
+                *[local_type(a.type, s) for a, s in zip(outer.arguments, arg_shardings)],
+                arg_locs=[a.location for a in outer.arguments])
+            func.ReturnOp(list(manual.results))
+        self.local_arguments = list(self.body.arguments)
 
     def finish(self, local_results: Sequence[ir.Value]) -> None:
         """End the manual body: it returns these per-device results."""
@@ -115,22 +115,12 @@ class GspmdManualSkeleton:
 
     def __init__(self, module: ir.Operation, mesh: Mesh, old_main: ir.Operation,
                  arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding]):
-        context = module.context
-        entry = old_main.regions[0].blocks[0]
-        arg_types = [a.type for a in entry.arguments]
-        result_types = list(ir.FunctionType(
-            ir.TypeAttr(old_main.attributes["function_type"]).value).results)
-        self._result_types = result_types
+        context = self._context = module.context
+        self.function, self.body = _new_main(module, old_main,
+                                             _hlo_sharding_dicts(arg_shardings, context),
+                                             _hlo_sharding_dicts(result_shardings, context))
+        self._result_types = list(self.function.type.results)
         self._result_shardings = list(result_shardings)
-        self._context = context
-        top = module.regions[0].blocks[0]
-        first = top.operations[0] if len(top.operations) else None
-        with ir.InsertionPoint.at_block_begin(top) if first is None else ir.InsertionPoint(first):
-            with old_main.location:
-                self.function = func.FuncOp("main", (arg_types, result_types), visibility="public")
-        self.function.attributes["arg_attrs"] = _hlo_sharding_dicts(arg_shardings, context)
-        self.function.attributes["res_attrs"] = _hlo_sharding_dicts(result_shardings, context)
-        self.body = self.function.add_entry_block(arg_locs=[a.location for a in entry.arguments])
         with ir.InsertionPoint(self.body), old_main.location:
             self.local_arguments = [
                 _to_shard(argument, sharding, context) if isinstance(argument.type,
@@ -186,23 +176,3 @@ def _sharding_dicts(shardings: Sequence[Sharding], context: ir.Context) -> ir.At
 def _per_value(shardings: Sequence[Sharding], context: ir.Context) -> ir.Attribute:
     inner = ", ".join(sdy_sharding_text(s, MESH_NAME)[len("#sdy.sharding"):] for s in shardings)
     return cached_attr(f"#sdy.sharding_per_value<[{inner}]>", context)
-
-
-def _whole_shards_type(global_type: ir.Type, sharding: Sharding) -> ir.Type:
-    """`global_type` grown to a whole number of (ceil-sized) shards per dim."""
-    if not isinstance(global_type, ir.RankedTensorType):
-        return global_type
-    shaped = ir.RankedTensorType(global_type)
-    local = sharding.shard_shape(tuple(shaped.shape))
-    return ir.RankedTensorType.get([size * sharding.num_shards(d) for d, size in enumerate(local)],
-                                   shaped.element_type)
-
-
-def _padded(argument: ir.Value, sharding: Sharding) -> ir.Value:
-    whole = _whole_shards_type(argument.type, sharding)
-    if whole == argument.type:
-        return argument
-    shape = ir.RankedTensorType(argument.type).shape
-    high = [w - g for w, g in zip(ir.RankedTensorType(whole).shape, shape)]
-    zero = scalar_zero(ir.RankedTensorType(argument.type).element_type)
-    return hlo.PadOp(argument, zero, [0] * len(shape), high, [0] * len(shape)).result
