@@ -59,14 +59,16 @@ TensorFactors = tuple[DimFactors, ...]
 
 class Window(NamedTuple):
     """How a PERMUTATION factor moves data: window j of `count` reads
-    `extent` elements of the operand's dim from ``offset + j * stride``
-    (elements outside the dim are the op's padding).  A sharded dim with a
-    window is served by halo exchange; one without is gathered."""
+    `extent` positions from ``offset + j * stride`` of the operand's dim
+    dilated by `dilation` (element i at position ``i * dilation``; the holes
+    and anything outside the dim are the op's padding).  A sharded dim with
+    a window is served by halo exchange; one without is gathered."""
 
     offset: int
     stride: int
     extent: int
     count: int
+    dilation: int = 1
 
 
 class FactorGroup(NamedTuple):

@@ -151,11 +151,10 @@ def _pad(op: ir.Operation):
     low = int_array(op.attributes["edge_padding_low"])
     high = int_array(op.attributes["edge_padding_high"])
     interior = int_array(op.attributes["interior_padding"])
-    # Interior padding spreads the elements out: no window holds them.
+    # Interior padding is a base dilation: result j is dilated element j - low.
     builder = _per_dim(op, operand_shape, result_shape,
                        lambda d: (low[d], high[d], interior[d]) != (0, 0, 0),
-                       window=lambda d: (None if interior[d] else
-                                         Window(-low[d], 1, 1, result_shape[d])))
+                       window=lambda d: Window(-low[d], 1, 1, result_shape[d], interior[d] + 1))
     if is_zero_scalar(op.operands[1]):
         return builder.build(UnreducedFlow.JOINT, (0,))
     return builder.build()
@@ -311,10 +310,9 @@ def _reduce_window(op: ir.Operation):
         if _window_passes(window, strides, padding, dilations, dim):
             kind, reads = PASS, None
         else:
-            # Base dilation spreads the input out: no window holds it.
-            kind, reads = PERM, (None if dilations[dim] != 1 else Window(
+            kind, reads = PERM, Window(
                 -padding[dim][0], strides[dim], (window[dim] - 1) * window_dilations[dim] + 1,
-                result_shape[dim]))
+                result_shape[dim], dilations[dim])
         builder.factor(max(operand_shape[dim], result_shape[dim]), kind,
                        [dim] * count + [None] * count, [dim] * count, reads)
     kind = reduction_kind(op) if count == 1 else None
@@ -480,10 +478,9 @@ def _convolution(op: ir.Operation):
             if is_window:
                 builder.factor(size, FactorKind.REDUCTION, [lhs_dim, rhs_dim], [None])
             else:
-                # lhs dilation spreads the input out: no window holds it.
-                reads = None if one_to_one or lhs_dilation[index] != 1 else Window(
+                reads = None if one_to_one else Window(
                     -padding[index][0], strides[index],
-                    (window_size - 1) * rhs_dilation[index] + 1, windows)
+                    (window_size - 1) * rhs_dilation[index] + 1, windows, lhs_dilation[index])
                 builder.factor(size, PASS if one_to_one else PERM, [lhs_dim, None], [out_dim],
                                reads)
             left //= size

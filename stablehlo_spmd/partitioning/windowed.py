@@ -55,9 +55,9 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.collectives import halo_extent, pieces_elements, window_pieces
 from stablehlo_spmd.ir import cached_attr
-from stablehlo_spmd.op_rules import FactorKind, OpRule, Window, int_array
+from stablehlo_spmd.op_rules import FactorKind, OpRule, int_array
 from stablehlo_spmd.op_rules.windowed import (
-    conv_window, is_zero_scalar, optional_array, padding_pairs, parallel_spatial_dims)
+    conv_window, is_zero_scalar, padding_pairs, parallel_spatial_dims)
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import (
     Plan, factor_axes, plan_from_axes, plan_reshard_bytes, strategy)
@@ -371,41 +371,32 @@ def _strided_halo(p: Partitioner, operand: int, dim: int, dim_axes: tuple, size:
 
 # ------------------------------------------------------------ slice, pad
 
-def _window_halo(p: Partitioner, op: ir.Operation, plan: Plan, operand: int, dim: int,
-                 dilated: dict[int, tuple[Window, int]] | None = None) -> Halo | None:
+def _window_halo(p: Partitioner, op: ir.Operation, plan: Plan, operand: int,
+                 dim: int) -> Halo | None:
     """What operand `operand` must read along its split `dim`, from the
-    rule: the `Window` of its PERMUTATION factor, or the whole dim where that
-    factor has none; None where the dim moves no data.
-
-    `dilated` gives, for operand 0's base-dilated dims (which the rule
-    leaves without a window: no window of the operand's own elements holds
-    them), the window in the dilated input and the dilation.
-    """
+    rule: the `Window` of its PERMUTATION factor (in the dilated input where
+    the op dilates it), or the whole dim where that factor has none; None
+    where the dim moves no data."""
     rule = plan.rule
     moved = [f for f in rule.operands[operand][dim]
              if rule.factor_kinds[f] is FactorKind.PERMUTATION]
     if not moved:
         return None
-    dilation = 1
     # (A convolution's lhs dim also holds the window-size factor, which
     # moves nothing: each device sums its part of every window.)
     window = rule.windows[moved[0]] if len(moved) == 1 and rule.windows else None
-    if dilated and dim in dilated and len(moved) == 1:
-        window, dilation = dilated[dim]
     if window is None:
         return _gathered(operand, dim)
     return _strided_halo(p, operand, dim, plan.required[operand].dim_axes[dim],
                          shape_of(op.operands[operand])[dim], window.count, window.offset,
-                         window.stride, window.extent, dilation)
+                         window.stride, window.extent, window.dilation)
 
 
-def _permuted_halos(p: Partitioner, op: ir.Operation, plan: Plan, skip=(),
-                    dilated: dict[int, tuple[Window, int]] | None = None) -> list[Halo]:
+def _permuted_halos(p: Partitioner, op: ir.Operation, plan: Plan, skip=()) -> list[Halo]:
     """`_window_halo` of every split dim of operand 0 (but `skip`)."""
     found = []
     for dim, dim_axes in enumerate(plan.required[0].dim_axes):
-        halo = (_window_halo(p, op, plan, 0, dim, dilated)
-                if dim_axes and dim not in skip else None)
+        halo = _window_halo(p, op, plan, 0, dim) if dim_axes and dim not in skip else None
         if halo is not None:
             found.append(halo)
     return found
@@ -540,13 +531,9 @@ def _pad_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     low = int_array(op.attributes["edge_padding_low"])
     high = int_array(op.attributes["edge_padding_high"])
     interior = int_array(op.attributes["interior_padding"])
-    out = shape_of(op.results[0])
-    # Interior padding is a base dilation: result j is dilated element j - low.
-    dilated = {d: (Window(-low[d], 1, 1, out[d]), interior[d] + 1)
-               for d in range(len(n_in)) if interior[d]}
 
     def halos(plan):
-        return _permuted_halos(p, op, plan, dilated=dilated)
+        return _permuted_halos(p, op, plan)
 
     plan = _setup(p, op, halos, always=True)  # as for slices
     if plan is None:
@@ -660,17 +647,9 @@ def _reduce_window_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
         return None
     rank = len(shape_of(op.operands[0]))
     padding = padding_pairs(op, rank)
-    base = optional_array(op, "base_dilations", rank, 1)
-    window = int_array(op.attributes["window_dimensions"])
-    strides = optional_array(op, "window_strides", rank, 1)
-    window_dilations = optional_array(op, "window_dilations", rank, 1)
-    out = shape_of(op.results[0])
-    dilated = {d: (Window(-padding[d][0], strides[d], (window[d] - 1) * window_dilations[d] + 1,
-                          out[d]), base[d])
-               for d in range(rank) if base[d] != 1}
 
     def halos(plan):
-        return _permuted_halos(p, op, plan, dilated=dilated)
+        return _permuted_halos(p, op, plan)
 
     plan = _setup(p, op, halos)
     if plan is None:
@@ -708,10 +687,6 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     spatial = len(lhs_spatial)
     strides, lhs_dilation, rhs_dilation, padding, reversed_window = conv_window(op, spatial)
     parallel = parallel_spatial_dims(op)
-    dilated = {lhs_spatial[i]: (Window(-padding[i][0], strides[i],
-                                       (n_rhs[rhs_spatial[i]] - 1) * rhs_dilation[i] + 1,
-                                       m_out[out_spatial[i]]), lhs_dilation[i])
-               for i in range(spatial) if lhs_dilation[i] != 1 and not parallel[i]}
 
     def one_split_per_dim(rule, axes):
         # Devices must hold whole groups: then only the group count changes.
@@ -763,7 +738,7 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
             size, windows, kernel = n_lhs[lhs_dim], m_out[out_dim], n_rhs[rhs_dim]
             if dim_axes == plan.produced[0].dim_axes[out_dim]:
                 # Windows split: each device reads the input under its windows.
-                halo = _window_halo(p, op, plan, 0, lhs_dim, dilated)
+                halo = _window_halo(p, op, plan, 0, lhs_dim)
                 if halo is not None:
                     found.append(halo)
             elif kernel_split(plan, i):

@@ -325,28 +325,31 @@ def _windows_by_operand_dim(rule, operand=0):
 
 def test_slice_windows_read_from_the_start_at_the_stride():
     rule = rule_of(slice_text("1:3, 0:10:2", "2x5"), "stablehlo.slice")
-    # (offset, stride, extent, count): row j reads row 1 + j; column j, 2j.
-    assert _windows_by_operand_dim(rule) == {0: (1, 1, 1, 2), 1: (0, 2, 1, 5)}
+    # (offset, stride, extent, count, dilation): row j reads row 1 + j; column j, 2j.
+    assert _windows_by_operand_dim(rule) == {0: (1, 1, 1, 2, 1), 1: (0, 2, 1, 5, 1)}
 
 
-def test_pad_window_starts_before_the_tensor_and_interior_padding_has_none():
+def test_pad_window_starts_before_the_tensor_and_interior_padding_dilates_it():
     rule = rule_of(pad_text("0.0", "[1, 2]", "[3, 0]", "[0, 0]", "8x12"), "stablehlo.pad")
-    assert _windows_by_operand_dim(rule) == {0: (-1, 1, 1, 8), 1: (-2, 1, 1, 12)}
+    assert _windows_by_operand_dim(rule) == {0: (-1, 1, 1, 8, 1), 1: (-2, 1, 1, 12, 1)}
+    # One hole between the 10 columns: result j is element j/2 of a 2-dilated input.
     spread = rule_of(pad_text("0.0", "[0, 0]", "[0, 0]", "[0, 1]", "4x19"), "stablehlo.pad")
-    assert _windows_by_operand_dim(spread) == {1: None}
+    assert _windows_by_operand_dim(spread) == {1: (0, 1, 1, 19, 2)}
 
 
-def test_pooling_window_reads_its_dilated_extent_and_base_dilation_has_none():
+def test_pooling_window_reads_its_dilated_extent_and_a_base_dilated_input():
     x = jnp.zeros((2, 9, 9, 3))
     pooled = lowered(lambda v: lax.reduce_window(
         v, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (1, 1), (0, 0)),
         window_dilation=(1, 2, 1, 1)), x)
     rule = rule_of(pooled, "stablehlo.reduce_window")
     # Rows: 3 taps 2 apart span 5 rows; 9 + 2 padded rows give (11 - 5) // 2 + 1 = 4 windows.
-    assert _windows_by_operand_dim(rule) == {1: (-1, 2, 5, 4), 2: (-1, 2, 3, 5)}
+    assert _windows_by_operand_dim(rule) == {1: (-1, 2, 5, 4, 1), 2: (-1, 2, 3, 5, 1)}
+    # 9 rows 2-dilated span 17 positions; windows of 2 at stride 1: 16 of them.
     dilated = lowered(lambda v: lax.reduce_window(
         v, 0.0, lax.add, (1, 2, 1, 1), (1, 1, 1, 1), "VALID", base_dilation=(1, 2, 1, 1)), x)
-    assert _windows_by_operand_dim(rule_of(dilated, "stablehlo.reduce_window")) == {1: None}
+    assert _windows_by_operand_dim(rule_of(dilated, "stablehlo.reduce_window")) == {
+        1: (0, 1, 2, 16, 2)}
 
 
 def test_convolution_windows_factor_reads_the_dilated_kernel():
@@ -357,4 +360,15 @@ def test_convolution_windows_factor_reads_the_dilated_kernel():
     rule = rule_of(conv, "stablehlo.convolution")
     # H: (16 + 2 - 3) // 2 + 1 = 8 windows, 3 rows each, from row -1;
     # W: a 3-tap kernel 2 apart spans 5 columns, (8 - 5) + 1 = 4 windows.
-    assert _windows_by_operand_dim(rule) == {1: (-1, 2, 3, 8), 2: (0, 1, 5, 4)}
+    assert _windows_by_operand_dim(rule) == {1: (-1, 2, 3, 8, 1), 2: (0, 1, 5, 4, 1)}
+
+
+def test_lhs_dilated_convolution_window_is_in_the_dilated_input():
+    # A strided convolution's input gradient: 8 rows 2-dilated span 15
+    # positions, padded 2 each side, so a 3-row kernel has 17 windows.
+    x, k = jnp.zeros((1, 8, 4, 3)), jnp.zeros((3, 1, 3, 4))
+    conv = lowered(lambda a, b: lax.conv_general_dilated(
+        a, b, (1, 1), ((2, 2), (0, 0)), lhs_dilation=(2, 1),
+        dimension_numbers=("NHWC", "HWIO", "NHWC")), x, k)
+    assert _windows_by_operand_dim(rule_of(conv, "stablehlo.convolution")) == {
+        1: (-2, 1, 3, 17, 2)}
