@@ -40,6 +40,19 @@ def _partition_and_compare(fn, args, mesh, rules, rtol=1e-5, atol=1e-5):
     return partitioned, counts
 
 
+def _run_and_compare(text, pipeline, shapes):
+    """`text` through `pipeline`, run on random inputs of `shapes` against the
+    unpartitioned text on one device; returns the partitioned text and its
+    collective counts."""
+    partitioned = ss.run_passes(text, pipeline)
+    inputs = [np.asarray(_random(*shape)) for shape in shapes]
+    (got,) = ss.run(partitioned, inputs)
+    (want,) = ss.run_single_device(text, inputs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    counts = {kind: len(re.findall(rf'"?stablehlo\.{kind}"?\(', partitioned)) for kind in COLLECTIVES}
+    return partitioned, counts
+
+
 def _workload(name):
     return load_object(f"examples/workloads.py:{name}")
 
@@ -232,14 +245,10 @@ def test_legacy_dot_runs_on_local_blocks_and_reduce_scatters_the_product():
     # XLA's HLO dot arrives as stablehlo.dot: contracting dim split on both
     # operands, the result wanting the rhs's free dim over every device.  No
     # operand moves; the partial product is summed onto the result's split.
-    partitioned = ss.run_passes(LEGACY_DOT, "builtin.module(spmd-propagate,spmd-partition)")
-    counts = {kind: len(re.findall(rf'"?stablehlo\.{kind}"?\(', partitioned)) for kind in COLLECTIVES}
+    _, counts = _run_and_compare(LEGACY_DOT, "builtin.module(spmd-propagate,spmd-partition)",
+                                 [(16, 32), (32, 16)])
     assert counts == {"all_reduce": 0, "all_gather": 0, "reduce_scatter": 1, "all_to_all": 0,
                       "collective_permute": 0}
-    inputs = [np.asarray(_random(16, 32)), np.asarray(_random(32, 16))]
-    (got,) = ss.run(partitioned, inputs)
-    (want,) = ss.run_single_device(LEGACY_DOT, inputs)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 PARTIAL_INTO_A_SPLIT_CONTRACTION = """
@@ -263,11 +272,8 @@ def test_a_partial_operand_is_summed_before_a_contraction_splits_it_over_the_sam
     # too: p cannot stay partial and be split over x at once (it used to be
     # an invalid sharding, raised from inside the partitioner), so it is
     # summed and split, and q's own partial is summed at the result.
-    partitioned = ss.run_passes(PARTIAL_INTO_A_SPLIT_CONTRACTION, "builtin.module(spmd-partition)")
-    inputs = [np.asarray(_random(8, 16)), np.asarray(_random(16, 4)), np.asarray(_random(4, 8))]
-    (got,) = ss.run(partitioned, inputs)
-    (want,) = ss.run_single_device(PARTIAL_INTO_A_SPLIT_CONTRACTION, inputs)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    _run_and_compare(PARTIAL_INTO_A_SPLIT_CONTRACTION, "builtin.module(spmd-partition)",
+                     [(8, 16), (16, 4), (4, 8)])
 
 
 PRODUCT_OF_TWO_PARTIALS = """
@@ -292,12 +298,9 @@ def test_a_product_of_two_partial_values_sums_one_of_them_first():
     # (The state propagation can leave behind, see test_propagation.)  The
     # local product of two partials would be sum(p_i * q_i), not
     # sum(p_i) * sum(q_i): one operand is summed, the other stays partial.
-    partitioned = ss.run_passes(PRODUCT_OF_TWO_PARTIALS, "builtin.module(spmd-partition)")
-    assert partitioned.count('"stablehlo.all_reduce"') == 2  # q before the product, r after
-    inputs = [np.asarray(_random(*shape)) for shape in ((8, 16), (16, 4), (8, 16), (16, 4))]
-    (got,) = ss.run(partitioned, inputs)
-    (want,) = ss.run_single_device(PRODUCT_OF_TWO_PARTIALS, inputs)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    _, counts = _run_and_compare(PRODUCT_OF_TWO_PARTIALS, "builtin.module(spmd-partition)",
+                                 [(8, 16), (16, 4), (8, 16), (16, 4)])
+    assert counts["all_reduce"] == 2  # q before the product, r after
 
 
 WITH_COMPARATOR = """
