@@ -13,11 +13,10 @@ How a node propagates (Shardy's factor propagation):
 2. *Resolve*: per factor, the candidates from all tensors agree when one is
    a prefix of another (the longest wins); otherwise the one from the larger
    tensor (in bytes) wins, ties going to the first.  An axis can serve one
-   factor only, the factor with the larger claim keeping it: a claim is the
-   bytes of the tensor its winner came from (what the losing layout costs
-   to move), less, for a REDUCTION factor whose source could cheaply hand
-   the axis to its contender, what summing the partial result it would
-   leave costs.
+   factor only, the factor whose candidate came from the larger tensor
+   keeping it (what the losing layout would cost to move), except that
+   until partial sums may be born (below) a REDUCTION factor yields a
+   contested axis to the factors the results carry.
    NEED_REPLICATION factors take no axes.
 3. *Refine*: each tensor dimension may only grow: its axes become the
    factors' axes when its current axes are a prefix of them.  User shardings
@@ -37,9 +36,27 @@ everything.  The forward-only stage lets each value hear from its own
 producers before any consumer imposes a sharding on it backward: a consumer
 that reached first would seat its own layout on the value and the value's
 real layout, arriving later, would find its axes taken (XLA and Shardy both
-prefer forward propagation for the same reason).  Every change only extends
-a sharding, so it terminates, and the work is linear in the graph times the
-(small) number of refinements.
+prefer forward propagation for the same reason).  For the same reason the
+worklist runs the earliest dirty node first, nodes being numbered in program
+order: an op then reads operands their producers have settled, and a
+pinned weight cannot seat its layout on a matmul's result before the
+activation's batch split arrives through its longer chain.  (A broadcast
+that only adds unit dims is a reshape, not a broadcast, for the stages.)
+
+Partial sums are born in the last stage only.  Until then a sharded
+REDUCTION factor leaves its results alone and yields any axis it contests
+with a factor of the results, so that a split which arrives late (the batch
+reaching an embedding lookup through its index arithmetic, after the
+table's vocabulary split) still finds its axis free.  Seating a result's
+split never costs more than the partial it displaces: the partitioner can
+still compute the local partial and reduce-scatter it onto that split, or
+gather the reduced operand instead, whichever moves fewer bytes
+(`partitioning.strategy`); a partial born early would instead leave the
+result unsplit for every op downstream.  (GSPMD's propagation likewise
+reads a dot's result sharding off its operands' batch and free dims, never
+off the contracting dim, and leaves partial sums to its partitioner.)
+Every change only extends a sharding, so propagation terminates, and the
+work is linear in the graph times the (small) number of refinements.
 
 Each value remembers the node and the neighbouring value its sharding came
 from, so `explain` can walk the chain back to the user's annotation.
@@ -53,6 +70,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 from typing import Sequence
 
 from stablehlo_spmd.mesh import Mesh
@@ -94,12 +112,14 @@ class Origin:
 
 class Propagator:
     STAGES = ("pass-through", "forward", "all-but-broadcast-forward", "all")
+    BIRTH_STAGE = "all"   # the first stage in which a sum may leave a partial result
 
     def __init__(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]], nodes: Sequence[Node],
                  element_bytes: Sequence[int] | None = None):
         """`element_bytes[v]` is the size of one element of value v; without
         them every element counts one byte, so costs are element counts."""
         self.mesh = mesh
+        self.births = False  # whether REDUCTION factors may leave partial results yet
         self.shapes = list(shapes)
         self.nodes = list(nodes)
         self.sizes = [_element_count(s) for s in self.shapes]
@@ -124,7 +144,6 @@ class Propagator:
         self._projections: dict[tuple, list] = {}
         self._shardings: dict[tuple, Sharding] = {}
         self._sum_costs: dict[tuple, float] = {}
-        self._whole_partials: dict[tuple, Sharding] = {}
         self.users: list[list[int]] = [[] for _ in self.shapes]
         for index, node in enumerate(self.nodes):
             for value in (*node.operands, *node.results):
@@ -145,6 +164,10 @@ class Propagator:
 
     def run(self) -> None:
         for stage in self.STAGES:
+            if stage == self.BIRTH_STAGE:
+                self.births = True
+                self._dirty.update(i for i, node in enumerate(self.nodes)
+                                   if node.rule.reduction == "sum")
             active = [i for i, node in enumerate(self.nodes) if self._in_stage(node, stage)]
             self._run_stage(active, stage)
         if self._choose_where_to_sum():
@@ -238,12 +261,15 @@ class Propagator:
         last = stage == "all"
         if last:  # broadcasts may now propagate forward too
             self._dirty.update(i for i in active if self.nodes[i].is_broadcast)
-        queue = collections.deque(i for i in active if i in self._dirty)
+        # Earliest node first: nodes are numbered in program order (callees
+        # where they are first called), so a forward step reads operands
+        # their producers have already settled.
+        queue = [i for i in active if i in self._dirty]
         queued = set(queue)
         dirty = self._dirty
         forward_only = stage == "forward"
         while queue:
-            index = queue.popleft()
+            index = heapq.heappop(queue)
             queued.discard(index)
             dirty.discard(index)
             node = self.nodes[index]
@@ -256,7 +282,7 @@ class Propagator:
                         dirty.add(user)
                     if user in active_set and user not in queued and user != index:
                         queued.add(user)
-                        queue.append(user)
+                        heapq.heappush(queue, user)
 
     # ------------------------------------------------------ one node's step
 
@@ -324,11 +350,14 @@ class Propagator:
                     elif weight > current[1]:
                         best[factor] = (factor_axes, weight, value)
         kinds = rule.factor_kinds
-        claims = [weight for _, weight, _ in best]
-        if rule.reduction is not None:
-            self._charge_reductions(rule, tensors, best, claims)
+        # Until partial sums may be born, a REDUCTION factor yields a
+        # contested axis: the result dims keep the split, and the partitioner
+        # chooses per op how to make them (gather the reduced operand, or
+        # reduce-scatter a local partial).
+        yielding = not self.births
         order = sorted((f for f in range(rule.num_factors) if best[f][0]),
-                       key=lambda f: (-claims[f], f))
+                       key=lambda f: (yielding and kinds[f] is FactorKind.REDUCTION,
+                                      -best[f][1], f))
         used: set[str] = set()
         for factor in order:
             axes, weight, source = best[factor]
@@ -343,54 +372,6 @@ class Propagator:
             used.update(kept)
             best[factor] = (tuple(kept), weight, source)
         return best
-
-    def _charge_reductions(self, rule: OpRule, tensors, best, claims: list[int]) -> None:
-        """Lower a REDUCTION factor's claim by the sum it would leave, where that decides.
-
-        A claim stands for what keeping the axis saves: the layout of the
-        tensor the candidate came from would otherwise have to change, at a
-        cost that grows with its size.  A REDUCTION factor that keeps an axis
-        also leaves every result partial over it, and summing a whole partial
-        R over p devices moves, by the planner's count, 2|R|(p-1)/p bytes per
-        device, 2|R|(p-1) over the p; a pass-through factor that keeps it
-        leaves the result split instead.  The sum is charged when every
-        factor contesting the axis is one of the source tensor's own dims:
-        losing the axis then only moves that tensor from one of its dims to
-        another, one all-to-all, and the sum is the larger cost.  (GShard's
-        combine einsum ``gte,egd->gtd``: the expert outputs move from e to
-        the group dim g, where seating the axis on e would all-reduce the
-        whole output.)  When the source lacks a contender's dim, losing would
-        gather it whole, a cost of the order of the sum, and sizes decide as
-        before.  Only contested axes are affected: the order of uncontested
-        factors changes nothing.
-        """
-        kinds = rule.factor_kinds
-        for factor, kind in enumerate(kinds):
-            axes, _, source = best[factor]
-            if kind is not FactorKind.REDUCTION or not axes:
-                continue
-            contenders = {other for other, (other_axes, _, _) in enumerate(best)
-                          if other != factor and kinds[other] is not FactorKind.NEED_REPLICATION
-                          and not set(axes).isdisjoint(other_axes)}
-            if not contenders:
-                continue
-            own = {f for value, dim_factors in tensors if value == source
-                   for factors in dim_factors for f in factors}
-            if not contenders <= own:
-                continue
-            devices = _product(self.axis_size, axes)
-            per_device = sum(self._planned_sum(self._whole_partial(value, axes), value)
-                             for value, _ in tensors[len(rule.operands):] if value != NO_VALUE)
-            # Whole bytes over the group; rounding keeps equal claims equal.
-            claims[factor] -= round(devices * per_device)
-
-    def _whole_partial(self, value: int, axes: Axes) -> Sharding:
-        """`value` unsplit, pending a sum over `axes`."""
-        key = (len(self.shapes[value]), axes)
-        found = self._whole_partials.get(key)
-        if found is None:
-            found = self._whole_partials[key] = Sharding(self.mesh, ((),) * key[0], unreduced=axes)
-        return found
 
     def _refine(self, value: int, dim_factors, rule: OpRule, winners, node_index: int,
                 commit: bool = True) -> bool:
@@ -448,7 +429,7 @@ class Propagator:
         rule = node.rule
         pending: set[str] = set()
         kind = None
-        if rule.reduction == "sum":
+        if rule.reduction == "sum" and self.births:
             for factor, factor_kind in enumerate(rule.factor_kinds):
                 axes = winners[factor][0]
                 # An uneven reduced dim would sum its shards' padding: it is

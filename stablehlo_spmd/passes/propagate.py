@@ -39,7 +39,7 @@ from stablehlo_spmd.module_shardings import (
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.propagation import NO_VALUE, Node, Propagator
-from stablehlo_spmd.shapes import element_bytes
+from stablehlo_spmd.shapes import element_bytes, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
 
 _NO_RULE_NEEDED = {"func.func", "func.return", "stablehlo.return", "builtin.module", "sdy.mesh"}
@@ -99,16 +99,20 @@ class _Graph:
         self.solver: Propagator | None = None
         self._attrs: dict[Sharding, ir.Attribute] = {}  # by identity-shared Sharding
         self._summed_values: dict[tuple, ir.Value] = {}  # (partial value, layout) -> its sum
+        self.functions: dict[str, ir.Operation] = {}
+        self.added: set[str] = set()        # functions whose nodes are in
+        self.ok = True                      # False once an annotation failed to read
 
     # ---------------------------------------------------------------- build
 
     @classmethod
     def build(cls, module: ir.Operation, mesh: Mesh) -> "_Graph | None":
         graph = cls(mesh)
-        ok = True
-        for func in functions(module):
-            ok &= graph._add_function(func)
-        if not ok:
+        graph.functions = {ir.StringAttr(f.attributes["sym_name"]).value: f
+                           for f in functions(module)}
+        for func in graph.functions.values():
+            graph._add_function(func)
+        if not graph.ok:
             return None
         graph.solver = Propagator(mesh, graph.shapes, graph.nodes, graph.element_bytes)
         for value, sharding, annotation in graph.pins:
@@ -145,19 +149,22 @@ class _Graph:
         self.describe_fns.append(describe)
         return len(self.shapes) - 1
 
-    def _add_function(self, func: ir.Operation) -> bool:
-        if not func.regions[0].blocks:
-            return True
-        entry = func.regions[0].blocks[0]
+    def _add_function(self, func: ir.Operation) -> None:
+        """Add a function's values and nodes, once; `ok` turns False on a bad annotation."""
         symbol = ir.StringAttr(func.attributes["sym_name"]).value
-        ok = True
+        if symbol in self.added:
+            return
+        self.added.add(symbol)
+        if not func.regions[0].blocks:
+            return
+        entry = func.regions[0].blocks[0]
         values = list(function_values(func))
         arguments = [v for v in values if v.kind == "argument"]
         for value, block_arg in zip(arguments, entry.arguments):
             label = f"argument #{value.index}" + (f" '{value.name}'" if value.name else "") \
                 + f" of @{symbol}"
             index = self._value(block_arg, _fixed(label))
-            ok &= self._pin_existing(value, index, label)
+            self.ok &= self._pin_existing(value, index, label)
             if index != NO_VALUE:
                 self.result_slots.append((value, index, value.get(MHLO_SHARDING) is not None))
         self._add_block_ops(entry)
@@ -173,11 +180,10 @@ class _Graph:
                 continue
             virtual = self._virtual(source, _fixed(label))
             self._add_tie(source, virtual, None)
-            ok &= self._pin_existing(value, virtual, label)
+            self.ok &= self._pin_existing(value, virtual, label)
             self.result_slots.append((value, virtual, value.get(MHLO_SHARDING) is not None))
             returned.append(virtual)
         self.return_ops[len(self.return_ops)] = (terminator, returned)
-        return ok
 
     def _pin_existing(self, value: ShardedValue, index: int, label: str) -> bool:
         try:
@@ -226,6 +232,12 @@ class _Graph:
                     describers.append(_op_result(op, position))
                 else:
                     results.append(NO_VALUE)
+            if name == "func.call":
+                # The callee's nodes go where it is first called: the solver
+                # runs nodes in the order they were added.
+                callee = self.functions.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+                if callee is not None:
+                    self._add_function(callee)
             if name not in _NO_RULE_NEEDED:
                 self._add_op(op, name, results)
             if len(regions):
@@ -246,8 +258,11 @@ class _Graph:
         if len(rule.operands) != len(operands) or len(rule.results) != len(results):
             self._replicate_unknown(op)
             return
-        self.nodes.append(Node(rule, operands, results, name,
-                               is_broadcast=name == "stablehlo.broadcast_in_dim"))
+        # A broadcast that adds no elements (unit dims) is a reshape: it
+        # propagates forward like any op.
+        grows = name == "stablehlo.broadcast_in_dim" and \
+            tensor_bytes(op.results[0].type) > tensor_bytes(op.operands[0].type)
+        self.nodes.append(Node(rule, operands, results, name, is_broadcast=grows))
         self.node_ops.append(op)
         if MHLO_SHARDING in op.attributes:
             self._pin_op(op, results)

@@ -265,17 +265,28 @@ def test_partial_operands_of_binary_ops(flow, both_partial, partial):
     assert unreduced(g.solve(), result) == partial
 
 
-def test_a_sum_onto_a_dim_the_consumer_splits_is_laid_out_as_a_reduce_scatter():
-    # d is partial over x; its consumer's result is split on x along dim 0,
-    # so d is summed straight into that layout.
+def test_a_split_that_reaches_a_sum_before_it_is_born_leaves_nothing_partial():
+    # The consumer's result is split on x along dim 0, and that split reaches
+    # c backward before partial sums may be born: c is laid out split, and
+    # the partitioner reduce-scatters the dot's local partial onto it.
     def consumers(g, c):
         d = g.elementwise("negate", c, unreduced=JOINT, linear=(0,))
         return d, g.pin(g.elementwise("log_softmax", d, elementwise=False), X, ())
     g, c, (d, _) = partial_then(consumers)
     p = g.solve()
-    log_softmax = 2
-    assert dims(p, d) == ((), ()) and unreduced(p, d) == X
-    assert p.summed_layout(log_softmax, 0) == Sharding(MESH, (X, ()))
+    assert dims(p, c) == (X, ()) and unreduced(p, c) == ()
+    assert dims(p, d) == (X, ()) and unreduced(p, d) == ()
+
+
+def test_a_sum_onto_a_dim_the_consumer_splits_is_laid_out_as_a_reduce_scatter():
+    # d is pinned partial over x; its consumer's result is split on x along
+    # dim 0, so d is summed straight into that layout.
+    g = Graph()
+    d = g.pin(g.elementwise("negate", g.value(4, 16), unreduced=JOINT, linear=(0,)),
+              (), (), unreduced=X)
+    g.pin(g.elementwise("log_softmax", d, elementwise=False), X, ())
+    log_softmax = 1
+    assert g.solve().summed_layout(log_softmax, 0) == Sharding(MESH, (X, ()))
 
 
 def test_partial_does_not_flow_backward():
@@ -371,11 +382,50 @@ def test_reduction_factor_yields_an_axis_when_its_sum_costs_more_than_a_move():
     assert unreduced(p, result) == ()
 
 
-def test_reduction_factor_keeps_an_axis_its_source_could_only_gather_away():
-    # Outputs [4,64] lack g: losing x on e would gather them whole, so size
-    # decides and e (from the larger tensor) keeps x; g gets nothing.
-    g, result = combine(expert_outputs_have_group_dim=False)
-    assert dims(g.solve(), result) == ((), (), ())
+@pytest.mark.parametrize("expert_outputs_have_group_dim", [True, False])
+def test_a_contested_axis_stays_on_the_result_whatever_the_sizes(
+        expert_outputs_have_group_dim):
+    # Whether or not losing x on e only moves the outputs to their own g dim,
+    # the result keeps g's split: the partitioner then either moves the
+    # outputs or reduce-scatters a local partial, by bytes.
+    g, result = combine(expert_outputs_have_group_dim)
+    p = g.solve()
+    assert dims(p, result) == (X, (), ())
+    assert unreduced(p, result) == ()
+
+
+def lookup(table_rows: int):
+    """An embedding lookup: table [rows, 8] split on its rows over x, ids [16]
+    split on x after a chain of index arithmetic; [16, 8] result."""
+    g = Graph()
+    table = g.pin(g.value(table_rows, 8), X, ())
+    ids = g.pin(g.value(16), X)
+    for _ in range(3):  # the batch split reaches the lookup late
+        ids = g.elementwise("add", ids)
+    rule = factor_rule({"b": 16, "v": table_rows, "h": 8}, ["vh", "b"], ["bh"], {"v": REDUCE},
+                       unreduced=SEPARATE, linear_operands=(0,), reduction="sum")
+    return g, g.op("gather", rule, table, ids)
+
+
+def test_a_lookup_keeps_the_batch_split_of_its_ids_over_a_larger_tables_rows():
+    # The table (4 KiB) outweighs the ids (64 B), but keeping x on the rows
+    # would leave the embeddings partial and whole on the batch for every op
+    # downstream: the batch keeps x.
+    g, embeddings = lookup(table_rows=128)
+    p = g.solve()
+    assert dims(p, embeddings) == (X, ()) and unreduced(p, embeddings) == ()
+
+
+def test_a_lookup_with_replicated_ids_is_a_masked_partial_sum():
+    g = Graph()
+    table = g.pin(g.value(128, 8), X, ())
+    ids = g.pin(g.value(16), ())
+    rule = factor_rule({"b": 16, "v": 128, "h": 8}, ["vh", "b"], ["bh"], {"v": REDUCE},
+                       unreduced=SEPARATE, linear_operands=(0,), reduction="sum")
+    embeddings = g.op("gather", rule, table, ids)
+    p = g.solve()
+    assert dims(p, embeddings) == ((), ()) and unreduced(p, embeddings) == X
+
 
 
 # ---------------------------------------------------- user shardings, kinds

@@ -64,7 +64,8 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 // CHECK: }) : (tensor<4x4xf32>) -> tensor<1x4xf32>
 // CHECK-NEXT: sdy.return %[[MINE]] : tensor<1x4xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
-  func.func @gather(%a: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}, %i: tensor<4x1xi32>)
+  func.func @gather(%a: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                    %i: tensor<4x1xi32> {mhlo.sharding = "{replicated}"})
       -> (tensor<4x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
     %0 = "stablehlo.gather"(%a, %i) {dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, slice_sizes = array<i64: 1, 4>, indices_are_sorted = false} : (tensor<8x4xf32>, tensor<4x1xi32>) -> tensor<4x4xf32>
     return %0 : tensor<4x4xf32>

@@ -71,3 +71,52 @@ func.func @broadcast(%b: tensor<8xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}, %
   %2 = stablehlo.add %0, %1 : tensor<4x8xf32>
   return %2 : tensor<4x8xf32>
 }
+
+// -----
+
+// An activation reaching a matmul through a call: the callee's ops run where
+// it is called, so the dot reads x's batch split before the smaller weight
+// (split on its output dim over the same axis) can seat its own on the result.
+
+// CHECK-LABEL: func.func @activation_through_a_call
+// CHECK: %[[Y:.*]] = call @twice_transposed(%arg0) {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// CHECK: stablehlo.dot_general %[[Y]], %arg1{{.*}}mhlo.sharding = "{devices=[4,1]<=[4]}"
+module attributes {spmd.mesh = #sdy.mesh<["data"=4]>} {
+  func.func @activation_through_a_call(
+      %x: tensor<64x16xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+      %w: tensor<16x32xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) -> tensor<64x32xf32> {
+    %0 = func.call @twice_transposed(%x) : (tensor<64x16xf32>) -> tensor<64x16xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<64x16xf32>, tensor<16x32xf32>) -> tensor<64x32xf32>
+    return %1 : tensor<64x32xf32>
+  }
+  func.func private @twice_transposed(%a: tensor<64x16xf32>) -> tensor<64x16xf32> {
+    %0 = stablehlo.transpose %a, dims = [1, 0] : (tensor<64x16xf32>) -> tensor<16x64xf32>
+    %1 = stablehlo.transpose %0, dims = [1, 0] : (tensor<16x64xf32>) -> tensor<64x16xf32>
+    return %1 : tensor<64x16xf32>
+  }
+}
+
+// -----
+
+// An embedding lookup under FSDP: the table's rows and the ids' batch both
+// over `data`.  The ids reach the gather through a broadcast that only adds
+// a unit dim (a reshape, so it runs forward with the other ops); the lookup
+// keeps the batch split rather than leaving every embedding a partial sum,
+// and the matmul after it keeps it too (the weight's contracting split
+// yields).
+
+// CHECK-LABEL: func.func @embedding_then_matmul
+// CHECK: %[[I:.*]] = stablehlo.broadcast_in_dim %arg1, dims = [0] {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// CHECK: %[[E:.*]] = "stablehlo.gather"(%arg0, %[[I]]){{.*}}mhlo.sharding = "{devices=[4,1]<=[4]}"
+// CHECK: stablehlo.dot_general %[[E]], %arg2{{.*}}mhlo.sharding = "{devices=[4,1]<=[4]}"
+module attributes {spmd.mesh = #sdy.mesh<["data"=4]>} {
+  func.func @embedding_then_matmul(
+      %table: tensor<512x16xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+      %ids: tensor<8xi32> {mhlo.sharding = "{devices=[4]<=[4]}"},
+      %w: tensor<16x32xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> tensor<8x32xf32> {
+    %0 = stablehlo.broadcast_in_dim %ids, dims = [0] : (tensor<8xi32>) -> tensor<8x1xi32>
+    %1 = "stablehlo.gather"(%table, %0) {dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, slice_sizes = array<i64: 1, 16>, indices_are_sorted = false} : (tensor<512x16xf32>, tensor<8x1xi32>) -> tensor<8x16xf32>
+    %2 = stablehlo.dot_general %1, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+    return %2 : tensor<8x32xf32>
+  }
+}
