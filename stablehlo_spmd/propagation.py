@@ -381,11 +381,16 @@ class Propagator:
         """
         state = self.states[value]
         sizes = rule.factor_sizes
+        shape = self.shapes[value]
         used = None
         new_dims = None
         source = NO_VALUE
         for dim, factors in enumerate(dim_factors):
-            if not factors or dim in state.closed_dims:
+            # A dim of size 1 split would sit on one device and pad the
+            # others, and every consumer wanting it whole would gather the
+            # padding too: propagation leaves it whole.  A user may still
+            # split it (`x[-1:]` of a split `x`, the slice pinned split).
+            if not factors or dim in state.closed_dims or shape[dim] == 1:
                 continue
             if len(factors) == 1:
                 proposed = winners[factors[0]][0]

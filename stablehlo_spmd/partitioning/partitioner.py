@@ -148,11 +148,6 @@ class Partitioner:
 
         A sharding that does not parse or fit is the user's error: reported at
         the op, and the op carries on replicated so the rest is still checked.
-
-        A dimension of size 1 is kept whole: split, it would sit on one device
-        and pad the others, and every consumer wanting it whole would gather
-        the padding too (propagation's factors can carry an axis onto it from
-        a larger dim, as `x[-1:]` of a sharded `x` does).
         """
         shapes = tuple(shape_of(r) or () for r in op.results)
         attributes = op.attributes
@@ -168,7 +163,7 @@ class Partitioner:
             parsed = read_hlo(ShardedValue("op", op, 0, None, op.location, op.results[0].type))
             elements = parsed.elements if parsed.kind == "tuple" else (parsed,) * len(shapes)
             found = [fallback if element.kind == "unknown"
-                     else _whole_unit_dims(Sharding.from_hlo(element, self.mesh, len(shape)), shape)
+                     else Sharding.from_hlo(element, self.mesh, len(shape))
                      for element, shape, fallback in zip(elements, shapes, replicated)]
         except ShardingError as error:
             diagnostics.error(error.location or op.location, f"op '{op.name}': {error.message}")
@@ -277,14 +272,6 @@ class Partitioner:
                     ir.Operation.create(terminator.name, operands=[
                         self.to(v, s) if shape_of(v) is not None else self.local[v]
                         for v, s in zip(terminator.operands, targets)])
-
-
-def _whole_unit_dims(sharding: Sharding, shape: tuple[int, ...]) -> Sharding:
-    """`sharding` without axes on dims of size 1."""
-    if not any(axes and size == 1 for axes, size in zip(sharding.dim_axes, shape)):
-        return sharding
-    return sharding.with_dim_axes(tuple(() if size == 1 else axes
-                                        for axes, size in zip(sharding.dim_axes, shape)))
 
 
 def _called_computations(module: ir.Operation) -> set[str]:

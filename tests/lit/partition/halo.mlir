@@ -224,3 +224,29 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %0 : tensor<2x2xf32>
   }
 }
+
+// -----
+
+// The first element of a 4-way split vector, the slice itself pinned split
+// 4 ways: the one real element sits in device 0's shard and every other
+// device's share is padding, so each device slices its window, clamped into
+// its own shard, and nothing moves (as XLA does).  Size-1 dims a user splits stay split.
+
+// (The uneven result crosses the boundary in GSPMD's manual form.)
+
+// CHECK-LABEL: func.func public @main
+// CHECK: %[[A:.*]] = stablehlo.custom_call @SPMDFullToShardShape({{.*}}) -> tensor<2xf32>
+// CHECK-NOT: all_reduce
+// CHECK-NOT: all_gather
+// CHECK-NOT: collective_permute
+// CHECK: %[[FIRST:.*]] = stablehlo.dynamic_slice %[[A]], %{{.*}}, sizes = [1] : (tensor<2xf32>, tensor<i32>) -> tensor<1xf32>
+// CHECK-NOT: all_reduce
+// CHECK-NOT: all_gather
+// CHECK: stablehlo.custom_call @SPMDShardToFullShape
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func public @first_element(%a: tensor<8xf32> {mhlo.sharding = "{devices=[4]<=[4]}"})
+      -> (tensor<1xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}) {
+    %0 = stablehlo.slice %a [0:1] {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<8xf32>) -> tensor<1xf32>
+    return %0 : tensor<1xf32>
+  }
+}
