@@ -179,9 +179,10 @@ def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[S
     used: set[str] = set()
     # With `reduction_first`, reduction factors claim their axes before
     # the result's dims do (a result wanting the same axis then gets it by
-    # a reduce-scatter of the local partial).
+    # a reduce-scatter of the local partial); without, after them (an
+    # operand split on a reduced dim then moves instead).
     order = sorted(range(rule.num_factors), key=lambda f: (
-        reduction_first and rule.factor_kinds[f] is not FactorKind.REDUCTION))
+        (rule.factor_kinds[f] is FactorKind.REDUCTION) != reduction_first))
     for factor in order:
         kind = rule.factor_kinds[factor]
         keep = kind is FactorKind.PASS_THROUGH or (kind is FactorKind.REDUCTION

@@ -113,3 +113,34 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
     return %0 : tensor<17x9xf32>
   }
 }
+
+// -----
+
+// The embedding gradient under FSDP: a scatter-add of a few updates split on
+// their batch (4 over 4 devices) into a large table (64 rows) split on its
+// rows over the same axis.  Reduce-scattering a whole partial table would
+// move 48 rows per device; gathering the updates moves 3, and each device
+// then adds into its own 16 rows (no whole table on any device).
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[T:arg[0-9]+]]: tensor<16x8xf32>, %[[I:arg[0-9]+]]: tensor<1x1xi32>, %[[U:arg[0-9]+]]: tensor<1x8xf32>) {
+// CHECK-DAG: %[[IS:.*]] = "stablehlo.all_gather"(%[[I]]){{.*}} -> tensor<4x1xi32>
+// CHECK-DAG: %[[US:.*]] = "stablehlo.all_gather"(%[[U]]){{.*}} -> tensor<4x8xf32>
+// CHECK-NOT: all_gather
+// CHECK: %[[S:.*]] = "stablehlo.scatter"(%[[T]], %{{.*}}, %[[US]])
+// CHECK: }) : (tensor<16x8xf32>, tensor<4x1xi32>, tensor<4x8xf32>) -> tensor<16x8xf32>
+// CHECK-NOT: reduce_scatter
+// CHECK: sdy.return %[[S]] : tensor<16x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @embedding_gradient(%t: tensor<64x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                                %i: tensor<4x1xi32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                                %u: tensor<4x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<64x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = "stablehlo.scatter"(%t, %i, %u) <{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
+    ^bb0(%old: tensor<f32>, %new: tensor<f32>):
+      %s = stablehlo.add %old, %new : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }) : (tensor<64x8xf32>, tensor<4x1xi32>, tensor<4x8xf32>) -> tensor<64x8xf32>
+    return %0 : tensor<64x8xf32>
+  }
+}
