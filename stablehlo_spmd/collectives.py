@@ -28,6 +28,7 @@ from typing import Sequence
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from stablehlo_spmd.halos import halo_extent, pieces_elements, window_pieces, within_one_shard
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.reshard import Step, axis_coordinate, plan, replica_groups
@@ -235,7 +236,7 @@ class Emitter:
         left, right = extent
         needs_mask = any(q * size + start < 0 or q * size + start + length > global_size
                          for q, start in enumerate(starts))
-        if not table and _within_one_shard(size, offset, length, step):
+        if not table and within_one_shard(size, offset, length, step):
             # Another device's shard holds the whole window: one hop there.
             value = self._edge(self.shift(value, axes, -(offset // size)), dim,
                                offset % size, offset % size + length)
@@ -498,14 +499,18 @@ class Emitter:
         if steps is None:
             steps = plan(source, target, global_shape, element_bytes(_element_type(value)))
         for step in steps:
-            value = self._emit_step(value, step, step.result.shard_shape(global_shape))
+            value = self._emit_step(value, step, step.result.shard_shape(global_shape),
+                                    global_shape)
         return value
 
-    def _emit_step(self, value: ir.Value, step: Step, shape: tuple[int, ...]) -> ir.Value:
+    def _emit_step(self, value: ir.Value, step: Step, shape: tuple[int, ...],
+                   global_shape: Sequence[int]) -> ir.Value:
         """Emit `step`; `shape` is the local shape of its result layout."""
         count = self.mesh.axes_size(step.axes)
         if step.kind == "slice":
             value = self.local_slice(value, step.dim, step.axes)
+        elif step.kind == "halo_slice":
+            value = self._halo_slice(value, step, shape[step.dim], global_shape[step.dim])
         elif step.kind == "all_gather":
             gathered = self.all_gather(value, step.dim, step.axes)
             value = self.trim(gathered, step.dim, shape[step.dim])
@@ -525,6 +530,20 @@ class Emitter:
             raise ValueError(f"unknown reshard step {step.kind!r}")
         if tuple(_shape(value)) != tuple(shape):
             raise AssertionError(f"{step} produced {_shape(value)}, expected {list(shape)}")
+        return value
+
+    def _halo_slice(self, value: ir.Value, step: Step, block: int, size: int) -> ir.Value:
+        """`Step.halo_slice`: the window of this device's `count` finer blocks
+        of `block` elements from its coarse shard and its neighbours', then
+        its own block; padding past `size` is zeroed as the layout wants."""
+        dim, count = step.dim, self.mesh.axes_size(step.axes)
+        coarse = step.result.dim_axes[dim][:-len(step.axes)]
+        length = count * block
+        window = self.halo_window(value, dim, coarse, size, 0, length,
+                                  length - _shape(value)[dim], live=-(-size // length))
+        value = self.local_slice(window, dim, step.axes)
+        if self.mesh.axes_size(step.result.dim_axes[dim]) * block > size:
+            value = self.mask_padding(value, dim, step.result.dim_axes[dim], size)
         return value
 
     # ------------------------------------------------------------ helpers
@@ -562,73 +581,6 @@ class Emitter:
         entry = stablehlo.DynamicSliceOp(constant, [partition], [1]).result
         scalar = ir.RankedTensorType.get([], ir.IntegerType.get_signless(bits))
         return stablehlo.ReshapeOp(scalar, entry).result
-
-
-def halo_extent(shard_size: int, count: int, offset: int, length: int, step: int = 0,
-                global_size: int | None = None, live: int | None = None,
-                starts: Sequence[int] | None = None,
-                needed: Sequence[int] | None = None) -> tuple[int, int] | None:
-    """(left, right): the halo widths `Emitter.halo_window` exchanges for these
-    windows, or None when one would reach past a neighbour's shard.
-
-    With `global_size`, only elements inside ``[0, global_size)`` are sent
-    (the rest of a window is the op's padding value), and only the first
-    `live` devices' windows count (the others compute padding only).
-    `starts` gives each device's start instead of `offset` and `step`, and
-    `needed` how much of its window each device uses.
-    """
-    if starts is None and _within_one_shard(shard_size, offset, length, step):
-        return 0, 0
-    starts = list(starts) if starts is not None else [offset + q * step for q in range(count)]
-    if global_size is None:
-        left = max(0, -min(starts))
-        right = max(0, max(starts) + length - shard_size)
-    else:
-        live = count if live is None else min(live, count)
-        # Device 0 has nothing on its left, the last device nothing on its
-        # right, inside the tensor.
-        left = max([0] + [min(-start, q * shard_size) for q, start in enumerate(starts[:live])
-                          if q > 0])
-        used = needed if needed is not None else [length] * count
-        right = max([0] + [min(start + used[q], global_size - q * shard_size) - shard_size
-                           for q, start in enumerate(starts[:live]) if q < count - 1])
-    if left > shard_size or right > shard_size:
-        return None
-    return left, right
-
-
-def window_pieces(shard_size: int, count: int, global_size: int, starts: Sequence[int],
-                  length: int, live: int | None = None,
-                  needed: Sequence[int] | None = None) -> list[tuple[int, dict]]:
-    """The pieces of `halo_window`'s windows (device q: global elements from
-    ``q*shard_size + starts[q]``, the first ``needed[q]`` of `length`, inside
-    ``[0, global_size)``, devices before `live`) by the shard that holds them:
-    ``[(k, {q: (global start, elements)})]``, k the distance from device q
-    to that shard."""
-    live = count if live is None else min(live, count)
-    pieces: dict[int, dict[int, tuple[int, int]]] = {}
-    for q in range(live):
-        start = q * shard_size + starts[q]
-        low = max(start, 0)
-        high = min(start + (length if needed is None else needed[q]), global_size)
-        for shard in range(low // shard_size, -(-high // shard_size)):
-            begin = max(low, shard * shard_size)
-            end = min(high, (shard + 1) * shard_size)
-            if end > begin and 0 <= shard < count:
-                pieces.setdefault(shard - q, {})[q] = (begin, end - begin)
-    return sorted(pieces.items())
-
-
-def pieces_elements(pieces) -> int:
-    """Elements a device receives for `window_pieces`' pieces (each distance
-    sends the widest piece; its own shard's costs nothing)."""
-    return sum(max(n for _, n in by_target.values()) for k, by_target in pieces if k)
-
-
-def _within_one_shard(shard_size: int, offset: int, length: int, step: int) -> bool:
-    """Whether every device's window lies inside one shard other than its own."""
-    start = offset % shard_size
-    return step == 0 and abs(offset) >= shard_size and start + length <= shard_size
 
 
 # ------------------------------------------------------------ types

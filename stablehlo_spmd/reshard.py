@@ -35,8 +35,9 @@ the target's with the same shard counts; gathers may drop any minor group.
 Size-1 mesh axes never move data, so they are dropped before the search.
 
 Limits: the move set is not complete, so "cheapest" means cheapest among
-these moves.  Uneven splits that cannot happen in place gather the dimension
-whole first (GSPMD would sometimes exchange halos instead), and removing an
+these moves.  An uneven split that cannot happen in place is either a halo
+exchange (`halo_slice`, when each device's new block lies within reach of its
+coarse shard) or a gather of the dimension whole first, and removing an
 axis that is not at the minor end gathers every axis minor to it too (dim
 ``(x, y) -> (y)`` gathers both, then slices ``y`` again) where a chain of
 all_to_alls could move less.
@@ -44,7 +45,9 @@ all_to_alls could move less.
 Costs (T: bytes of the tensor the group of ``q`` devices covers at that step,
 B: this device's bytes before the step, both including padding)
 all_gather (q-1)B = T(q-1)/q;  slice 0;  all_to_all B(q-1)/q = T(q-1)/q²;
-all_reduce 2B(q-1)/q;  reduce_scatter B(q-1)/q;  collective_permute B = T/q.
+all_reduce 2B(q-1)/q;  reduce_scatter B(q-1)/q;  collective_permute B = T/q;
+halo_slice: the elements received (the widest piece from each distance), at
+B's bytes per element along the dimension.
 """
 
 from __future__ import annotations
@@ -60,13 +63,14 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from stablehlo_spmd.errors import ShardingError
+from stablehlo_spmd.halos import halo_extent, pieces_elements, window_pieces
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.sharding import Sharding
 
 DEFAULT_WARN_BYTES = 64 * 2**20
 
 STEP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "slice",
-              "collective_permute")
+              "halo_slice", "collective_permute")
 
 
 class ReshardError(ShardingError):
@@ -290,6 +294,7 @@ class _Problem:
 
     def moves(self, layout: _Layout) -> Iterator[_Move]:
         yield from self.slices(layout)
+        yield from self.halo_slices(layout)
         yield from self.reduce_scatters(layout)
         yield from self.all_reduces(layout)
         yield from self.all_to_alls(layout)
@@ -301,6 +306,56 @@ class _Problem:
         for dim, group in self.target_groups(layout, lambda a: a in free):
             after = _with_dim(layout, dim, layout.dims[dim] + group)
             yield _Move(Step("slice", group, dim), after, Fraction(0))
+
+    def halo_slices(self, layout: _Layout) -> Iterator[_Move]:
+        """Split an unevenly split dim further where the finer blocks do not
+        nest in the coarser ones: each device's block starts in its own
+        coarse shard or past it, and the part held elsewhere comes by halo
+        exchange (GSPMD's reshard by halo) instead of gathering the dim.
+
+        The device at coarse coordinate c takes the window of its q finer
+        blocks, ``[c*q*s_f, (c+1)*q*s_f)`` (`Emitter.halo_window` with offset
+        0 and step ``q*s_f - s_c``), then keeps its block of it (a slice over
+        the new axes).  Priced by the elements received, as the windowed
+        strategies price halos."""
+        free = self.free_axes(layout)
+        for dim in range(len(layout.dims)):
+            major = layout.dims[dim]
+            upcoming = self.next_axes(layout, dim) or ()
+            coarse = self.shards(major)
+            if not major or coarse == 1:
+                continue
+            for k in range(1, len(upcoming) + 1):
+                group = upcoming[:k]
+                if group[-1] not in free:
+                    break
+                q = self.shards(group)
+                if self.splittable(dim, major, q):
+                    continue
+                received = self.halo_elements(dim, coarse, q)
+                if received is None:
+                    continue
+                local = self.local_shape(layout)
+                cost = Fraction(self.nbytes(local) * received, local[dim])
+                after = _with_dim(layout, dim, major + group)
+                yield _Move(Step("halo_slice", group, dim, bytes_per_device=float(cost)),
+                            after, cost)
+
+    def halo_elements(self, dim: int, coarse: int, q: int) -> int | None:
+        """Elements along `dim` a device receives to split its `coarse` shards
+        `q` ways by halo (see `halo_slices`); None where halos from the
+        neighbours do not serve and the pieces would move as much as a gather."""
+        n = self.shape[dim]
+        shard = -(-n // coarse)
+        length = q * -(-n // (coarse * q))
+        live = -(-n // length)
+        step = length - shard
+        extent = halo_extent(shard, coarse, 0, length, step, n, live)
+        starts = [c * step for c in range(coarse)]
+        pieces = pieces_elements(window_pieces(shard, coarse, n, starts, length, live))
+        if extent is not None:
+            return min(sum(extent), pieces)
+        return pieces if pieces < (coarse - 1) * shard else None
 
     def reduce_scatters(self, layout: _Layout) -> Iterator[_Move]:
         to_reduce = layout.pending - self.goal.pending

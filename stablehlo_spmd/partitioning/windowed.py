@@ -53,7 +53,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd import op_rules
-from stablehlo_spmd.collectives import halo_extent, pieces_elements, window_pieces
+from stablehlo_spmd.halos import halo_extent, pieces_elements, window_pieces
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.op_rules import FactorKind, OpRule, int_array
 from stablehlo_spmd.op_rules.windowed import (

@@ -126,6 +126,8 @@ def run_step(step, arrays, shape):
             out[device] = trim_to(np.concatenate(received, axis=step.dim), step.dim,
                                   size[step.dim])
             moved[device] = padded[0].nbytes * (q - 1) / q
+        elif step.kind == "halo_slice":
+            out[device], moved[device] = _halo_block(step, arrays, device, shape)
         elif step.kind == "collective_permute":
             sources = [s for s, t in step.pairs if t == device]
             out[device] = arrays[sources[0]] if sources else np.zeros_like(local)
@@ -135,7 +137,38 @@ def run_step(step, arrays, shape):
             raise AssertionError(step.kind)
     if step.kind == "collective_permute":  # the busiest device sets the price
         moved = dict.fromkeys(moved, max(moved.values()))
+    if step.kind == "halo_slice":  # one exchange per distance, as wide as its widest piece
+        widest: dict[int, int] = {}
+        for pieces in moved.values():
+            for distance, count in pieces.items():
+                widest[distance] = max(widest.get(distance, 0), count)
+        local = next(iter(arrays.values()))
+        row = local.nbytes // local.shape[step.dim]
+        moved = dict.fromkeys(moved, row * sum(widest.values()))
     return out, moved
+
+
+def _halo_block(step, arrays, device, shape):
+    """A `halo_slice` on one device: its finer block, element by element from
+    whichever coarse shard (same coordinates but along the coarse axes) holds
+    it, zero past the end; and how many elements came from each distance."""
+    mesh, dim = step.result.mesh, step.dim
+    fine_axes = step.result.dim_axes[dim]
+    coarse_axes = fine_axes[:-len(step.axes)]
+    holders, mine = group_of(mesh, device, coarse_axes)
+    coarse = arrays[device].shape[dim]
+    size = step.result.shard_shape(shape)[dim]
+    _, k = group_of(mesh, device, fine_axes)
+    rows, pieces = [], {}
+    for position in range(k * size, (k + 1) * size):
+        if position >= shape[dim]:
+            rows.append(np.zeros_like(np.take(arrays[device], [0], axis=dim)))
+            continue
+        owner = position // coarse
+        rows.append(np.take(arrays[holders[owner]], [position - owner * coarse], axis=dim))
+        if owner != mine:
+            pieces[owner - mine] = pieces.get(owner - mine, 0) + 1
+    return np.concatenate(rows, axis=dim), pieces
 
 
 def _reduce(step, values):
@@ -288,17 +321,20 @@ def test_reordered_axes_permute():
     assert sorted(s for s, _ in step.pairs) == sorted(t for _, t in step.pairs) == list(range(8))
 
 
-def test_uneven_minor_split_gathers_the_whole_dim_first():
+def test_uneven_minor_split_takes_a_halo_where_blocks_straddle_shards():
     # 5 rows over x=4 are blocks of 2; over (x, y) blocks of 1: 2 % 2 == 0, in place.
     assert exact(S(("x",), ()), S(("x", "y"), ()), shape=(5, 8)) == [
         Step("slice", ("y",), dim=0)]
-    # 5 rows over y=2 are blocks of 3, which x=4 cannot cut in place.
-    steps = exact(S(("y",), ()), S(("y", "x"), ()), shape=(5, 8))
-    assert [(s.kind, s.axes) for s in steps] == [("all_gather", ("y",)), ("slice", ("y", "x"))]
+    # 5 rows over y=2 are blocks of 3 (rows 0-2, then 3-4 and padding), which
+    # x=4 cannot cut in place: the device at y=0, x=3 wants row 3, held at
+    # y=1.  One row of 8 elements comes from there, where gathering the dim
+    # would move a whole block of 3.
+    assert exact(S(("y",), ()), S(("y", "x"), ()), shape=(5, 8)) == [
+        Step("halo_slice", ("x",), dim=0, bytes_per_device=8 * 4)]
 
 
 def test_full_replication_of_a_large_tensor_is_flagged():
-    source, target = S(("y",), ()), S(("y", "x"), ())
+    source, target = S(("y",), ()), S(("x",), ())
     steps = exact(source, target, shape=(5, 8), warn_bytes=100)
     assert [s.replicates_fully for s in steps] == [True, False]
     assert not any(s.replicates_fully for s in exact(source, target, shape=(5, 8)))
