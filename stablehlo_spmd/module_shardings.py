@@ -412,6 +412,49 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
     return mesh
 
 
+def untuple_custom_calls(module: ir.Operation) -> None:
+    """Give each custom call that returns an HLO tuple one result per element.
+
+    XLA's HLO -> StableHLO converter keeps a tuple-shaped custom call (XLA's
+    ``@TopK``) as one ``tuple<...>`` value that ``get_tuple_element`` ops
+    read; no tensor flows out of it for propagation to follow, so it would
+    run replicated.  A call whose tuple only those ops read becomes a call
+    with the elements as results (the form JAX writes), and each read that
+    carried a sharding becomes a ``@Sharding`` constraint of its element.
+    """
+    calls = []
+
+    def visit(op):
+        if op.name == "stablehlo.custom_call" and len(op.results) == 1 \
+                and isinstance(op.results[0].type, ir.TupleType) \
+                and all(use.owner.name == "stablehlo.get_tuple_element"
+                        for use in op.results[0].uses):
+            calls.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for op in calls:
+        tuple_type = ir.TupleType(op.results[0].type)
+        types = [tuple_type.get_type(i) for i in range(tuple_type.num_types)]
+        if any(isinstance(t, ir.TupleType) for t in types):
+            continue
+        with ir.InsertionPoint(op), op.location:
+            call = ir.Operation.create(
+                op.name, results=types, operands=list(op.operands),
+                attributes={name: op.attributes[name] for name in op.attributes})
+        for read in [use.owner for use in op.results[0].uses]:
+            element = call.results[ir.IntegerAttr(read.attributes["index"]).value]
+            if MHLO_SHARDING in read.attributes:
+                with ir.InsertionPoint(read), read.location:
+                    constraint = stablehlo.CustomCallOp([element.type], [element],
+                                                        SHARDING_TARGET)
+                constraint.operation.attributes[MHLO_SHARDING] = read.attributes[MHLO_SHARDING]
+                element = constraint.results[0]
+            read.results[0].replace_all_uses_with(element)
+            read.erase()
+        op.erase()
+
+
 def _uses_shardy(module: ir.Operation) -> bool:
     return any(True for _ in all_values_with(module, SDY_SHARDING)) or bool(_sdy_constraints(module))
 

@@ -35,7 +35,8 @@ from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, SHARDING_TARGET, ShardedValue, function_values, functions, import_shardy,
-    is_sharding_constraint, module_mesh, read_hlo, set_attrs, sharding_attr, write_mesh)
+    is_sharding_constraint, module_mesh, read_hlo, set_attrs, sharding_attr, untuple_custom_calls,
+    write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.propagation import NO_VALUE, Node, Propagator
@@ -61,6 +62,7 @@ class PropagatePass(ModulePass):
                               "(expected 'spmd' or 'shardy')")
             return
         import_shardy(module)
+        untuple_custom_calls(module)
         try:
             mesh = module_mesh(module)
         except ShardingError as error:

@@ -106,3 +106,27 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %0#0, %0#1 : tensor<8x2xf32>, tensor<8x2xi32>
   }
 }
+
+// -----
+
+// XLA's TopK as its HLO -> StableHLO converter writes it: one tuple-typed
+// result that get_tuple_element ops read (they carry the shardings).  The
+// call is given one result per element and each sharded read becomes a
+// constraint, so the rows stay split and each device ranks its own row; the
+// replicated results then gather the 8x2 winners, not the 8x64 input.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<1x64xf32>) {
+// CHECK-NOT: all_gather
+// CHECK: %[[V:.*]]:2 = stablehlo.custom_call @TopK(%[[A]]){{.*}} : (tensor<1x64xf32>) -> (tensor<1x2xf32>, tensor<1x2xi32>)
+// CHECK-DAG: "stablehlo.all_gather"(%[[V]]#0){{.*}} : (tensor<1x2xf32>) -> tensor<8x2xf32>
+// CHECK-DAG: "stablehlo.all_gather"(%[[V]]#1){{.*}} : (tensor<1x2xi32>) -> tensor<8x2xi32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=8]>} {
+  func.func @tuple_top_k(%a: tensor<8x64xf32> {mhlo.sharding = "{devices=[8,1]<=[8]}"})
+      -> (tensor<8x2xf32> {mhlo.sharding = "{replicated}"}, tensor<8x2xi32> {mhlo.sharding = "{replicated}"}) {
+    %0 = stablehlo.custom_call @TopK(%a) {backend_config = "", xla_shape = "(f32[8,2]{1,0}, s32[8,2]{1,0})"} : (tensor<8x64xf32>) -> tuple<tensor<8x2xf32>, tensor<8x2xi32>>
+    %1 = stablehlo.get_tuple_element %0[0] {mhlo.sharding = "{devices=[8,1]<=[8]}"} : (tuple<tensor<8x2xf32>, tensor<8x2xi32>>) -> tensor<8x2xf32>
+    %2 = stablehlo.get_tuple_element %0[1] {mhlo.sharding = "{devices=[8,1]<=[8]}"} : (tuple<tensor<8x2xf32>, tensor<8x2xi32>>) -> tensor<8x2xi32>
+    return %1, %2 : tensor<8x2xf32>, tensor<8x2xi32>
+  }
+}

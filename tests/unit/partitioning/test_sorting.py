@@ -215,6 +215,34 @@ def test_top_k_custom_call_on_split_rows_runs_locally_by_rule():
     assert not _gathers(partitioned[:partitioned.index("custom_call @TopK(")])
 
 
+def test_tuple_top_k_custom_call_runs_on_its_split_rows():
+    # XLA's converter writes TopK with one tuple result read by
+    # get_tuple_element (which carry the shardings): rows split 8 ways stay
+    # split, each device ranks its own 2 rows and nothing gathers the input.
+    text = """
+    module attributes {spmd.mesh = #sdy.mesh<["x"=8]>} {
+      func.func @main(%x: tensor<16x32xf32> {mhlo.sharding = "{devices=[8,1]<=[8]}"})
+          -> (tensor<16x4xf32> {mhlo.sharding = "{replicated}"},
+              tensor<16x4xi32> {mhlo.sharding = "{replicated}"}) {
+        %0 = stablehlo.custom_call @TopK(%x) : (tensor<16x32xf32>)
+            -> tuple<tensor<16x4xf32>, tensor<16x4xi32>>
+        %1 = stablehlo.get_tuple_element %0[0] {mhlo.sharding = "{devices=[8,1]<=[8]}"}
+            : (tuple<tensor<16x4xf32>, tensor<16x4xi32>>) -> tensor<16x4xf32>
+        %2 = stablehlo.get_tuple_element %0[1] {mhlo.sharding = "{devices=[8,1]<=[8]}"}
+            : (tuple<tensor<16x4xf32>, tensor<16x4xi32>>) -> tensor<16x4xi32>
+        return %1, %2 : tensor<16x4xf32>, tensor<16x4xi32>
+      }
+    }"""
+    x = _rng(22).standard_normal((16, 32)).astype(np.float32)
+    partitioned = ss.partition(text)
+    got, want = ss.run(partitioned, [x]), ss.run_single_device(text, [x])
+    for name, g, w in zip(("values", "indices"), got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
+    assert "custom_call @TopK(%arg1) : (tensor<2x32xf32>)" in partitioned
+    assert sorted(_gathers(partitioned)) == [("tensor<2x4xf32>", "tensor<16x4xf32>"),
+                                             ("tensor<2x4xi32>", "tensor<16x4xi32>")]
+
+
 def test_top_k_custom_call_with_its_own_comparator_gathers_the_dim():
     # The candidates' filler and order assume largest-first; a TopK given a
     # comparator (here smallest-first) gathers the dim and runs once.
