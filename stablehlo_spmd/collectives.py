@@ -511,6 +511,8 @@ class Emitter:
             value = self.local_slice(value, step.dim, step.axes)
         elif step.kind == "halo_slice":
             value = self._halo_slice(value, step, shape[step.dim], global_shape[step.dim])
+        elif step.kind == "halo_gather":
+            value = self._halo_gather(value, step, shape[step.dim], global_shape[step.dim])
         elif step.kind == "all_gather":
             gathered = self.all_gather(value, step.dim, step.axes)
             value = self.trim(gathered, step.dim, shape[step.dim])
@@ -544,6 +546,20 @@ class Emitter:
         value = self.local_slice(window, dim, step.axes)
         if self.mesh.axes_size(step.result.dim_axes[dim]) * block > size:
             value = self.mask_padding(value, dim, step.result.dim_axes[dim], size)
+        return value
+
+    def _halo_gather(self, value: ir.Value, step: Step, shard: int, size: int) -> ir.Value:
+        """`Step.halo_gather`: gather this device's `count` finer blocks, then
+        cut its coarse shard of `shard` elements from them and a neighbour's
+        halo; padding past `size` is zeroed as the layout wants."""
+        dim = step.dim
+        coarse = step.result.dim_axes[dim]
+        gathered = self.all_gather(value, dim, step.axes)
+        held = _shape(gathered)[dim]
+        value = self.halo_window(gathered, dim, coarse, size, 0, shard, shard - held,
+                                 live=-(-size // shard))
+        if self.mesh.axes_size(coarse) * shard > size:
+            value = self.mask_padding(value, dim, coarse, size)
         return value
 
     # ------------------------------------------------------------ helpers

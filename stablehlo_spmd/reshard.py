@@ -47,7 +47,8 @@ B: this device's bytes before the step, both including padding)
 all_gather (q-1)B = T(q-1)/q;  slice 0;  all_to_all B(q-1)/q = T(q-1)/q²;
 all_reduce 2B(q-1)/q;  reduce_scatter B(q-1)/q;  collective_permute B = T/q;
 halo_slice: the elements received (the widest piece from each distance), at
-B's bytes per element along the dimension.
+B's bytes per element along the dimension; halo_gather: an all_gather, then
+the elements received as for halo_slice.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ from stablehlo_spmd.sharding import Sharding
 DEFAULT_WARN_BYTES = 64 * 2**20
 
 STEP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "slice",
-              "halo_slice", "collective_permute")
+              "halo_slice", "halo_gather", "collective_permute")
 
 
 class ReshardError(ShardingError):
@@ -299,6 +300,7 @@ class _Problem:
         yield from self.all_reduces(layout)
         yield from self.all_to_alls(layout)
         yield from self.all_gathers(layout)
+        yield from self.halo_gathers(layout)
         yield from self.permutes(layout)
 
     def slices(self, layout: _Layout) -> Iterator[_Move]:
@@ -332,7 +334,8 @@ class _Problem:
                 q = self.shards(group)
                 if self.splittable(dim, major, q):
                     continue
-                received = self.halo_elements(dim, coarse, q)
+                received = self.halo_elements(dim, coarse, -(-self.shape[dim] // coarse),
+                                              q * -(-self.shape[dim] // (coarse * q)))
                 if received is None:
                     continue
                 local = self.local_shape(layout)
@@ -341,21 +344,44 @@ class _Problem:
                 yield _Move(Step("halo_slice", group, dim, bytes_per_device=float(cost)),
                             after, cost)
 
-    def halo_elements(self, dim: int, coarse: int, q: int) -> int | None:
-        """Elements along `dim` a device receives to split its `coarse` shards
-        `q` ways by halo (see `halo_slices`); None where halos from the
-        neighbours do not serve and the pieces would move as much as a gather."""
+    def halo_gathers(self, layout: _Layout) -> Iterator[_Move]:
+        """Remove a minor group of a dim's axes where the finer blocks do not
+        nest in the coarser ones (blocks of 2 back into blocks of 3): gather
+        the group (each device then holds ``[c*q*s_f, (c+1)*q*s_f)``), and take
+        the coarse shard ``[c*s_c, (c+1)*s_c)`` from that and a neighbour's
+        halo, as GSPMD does, instead of gathering the whole dim."""
+        local = self.nbytes(self.local_shape(layout))
+        for dim, axes in enumerate(layout.dims):
+            for cut in range(1, len(axes)):
+                major, group = axes[:cut], axes[cut:]
+                q = self.shards(group)
+                if self.splittable(dim, major, q):
+                    continue
+                coarse = self.shards(major)
+                gathered = q * self.local_shape(layout)[dim]
+                received = self.halo_elements(dim, coarse, gathered, -(-self.shape[dim] // coarse))
+                if received is None:
+                    continue
+                cost = Fraction(local * (q - 1)) + Fraction(local * received,
+                                                           self.local_shape(layout)[dim])
+                yield _Move(Step("halo_gather", group, dim, bytes_per_device=float(cost)),
+                            _with_dim(layout, dim, major), cost)
+
+    def halo_elements(self, dim: int, coarse: int, held: int, wanted: int) -> int | None:
+        """Elements along `dim` a device receives when the device at coarse
+        coordinate c holds ``[c*held, (c+1)*held)`` and wants the window
+        ``[c*wanted, (c+1)*wanted)`` (`halo_slices`, `halo_gathers`); None
+        where halos from the neighbours do not serve and the pieces would
+        move as much as a gather."""
         n = self.shape[dim]
-        shard = -(-n // coarse)
-        length = q * -(-n // (coarse * q))
-        live = -(-n // length)
-        step = length - shard
-        extent = halo_extent(shard, coarse, 0, length, step, n, live)
+        live = -(-n // wanted)
+        step = wanted - held
+        extent = halo_extent(held, coarse, 0, wanted, step, n, live)
         starts = [c * step for c in range(coarse)]
-        pieces = pieces_elements(window_pieces(shard, coarse, n, starts, length, live))
+        pieces = pieces_elements(window_pieces(held, coarse, n, starts, wanted, live))
         if extent is not None:
             return min(sum(extent), pieces)
-        return pieces if pieces < (coarse - 1) * shard else None
+        return pieces if pieces < (coarse - 1) * held else None
 
     def reduce_scatters(self, layout: _Layout) -> Iterator[_Move]:
         to_reduce = layout.pending - self.goal.pending

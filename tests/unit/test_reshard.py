@@ -126,7 +126,7 @@ def run_step(step, arrays, shape):
             out[device] = trim_to(np.concatenate(received, axis=step.dim), step.dim,
                                   size[step.dim])
             moved[device] = padded[0].nbytes * (q - 1) / q
-        elif step.kind == "halo_slice":
+        elif step.kind in ("halo_slice", "halo_gather"):
             out[device], moved[device] = _halo_block(step, arrays, device, shape)
         elif step.kind == "collective_permute":
             sources = [s for s, t in step.pairs if t == device]
@@ -137,37 +137,50 @@ def run_step(step, arrays, shape):
             raise AssertionError(step.kind)
     if step.kind == "collective_permute":  # the busiest device sets the price
         moved = dict.fromkeys(moved, max(moved.values()))
-    if step.kind == "halo_slice":  # one exchange per distance, as wide as its widest piece
+    if step.kind in ("halo_slice", "halo_gather"):
+        # One exchange per distance, as wide as its widest piece, after the
+        # all_gather of a halo_gather.
         widest: dict[int, int] = {}
         for pieces in moved.values():
             for distance, count in pieces.items():
                 widest[distance] = max(widest.get(distance, 0), count)
         local = next(iter(arrays.values()))
         row = local.nbytes // local.shape[step.dim]
-        moved = dict.fromkeys(moved, row * sum(widest.values()))
+        gathered = 0
+        if step.kind == "halo_gather":
+            gathered = local.nbytes * (step.result.mesh.axes_size(step.axes) - 1)
+        moved = dict.fromkeys(moved, gathered + row * sum(widest.values()))
     return out, moved
 
 
 def _halo_block(step, arrays, device, shape):
-    """A `halo_slice` on one device: its finer block, element by element from
-    whichever coarse shard (same coordinates but along the coarse axes) holds
-    it, zero past the end; and how many elements came from each distance."""
+    """A `halo_slice` or `halo_gather` on one device: its block of the
+    result, element by element from whichever device (same coordinates but
+    along the dim's axes) holds it, zero past the end; and how many elements
+    came, beyond what the step's own slice or all_gather gives, from each
+    distance between the devices' coarse coordinates."""
     mesh, dim = step.result.mesh, step.dim
-    fine_axes = step.result.dim_axes[dim]
-    coarse_axes = fine_axes[:-len(step.axes)]
-    holders, mine = group_of(mesh, device, coarse_axes)
-    coarse = arrays[device].shape[dim]
+    after = step.result.dim_axes[dim]
+    before = after[:-len(step.axes)] if step.kind == "halo_slice" else after + step.axes
+    coarse_axes = after[:-len(step.axes)] if step.kind == "halo_slice" else after
+    holders, _ = group_of(mesh, device, before)
+    _, mine = group_of(mesh, device, coarse_axes)
+    held = arrays[device].shape[dim]   # elements each holder has along dim
+    group = mesh.axes_size(step.axes)
+    # The coarse block a device covers once its own step is done.
+    covered = held if step.kind == "halo_slice" else held * group
     size = step.result.shard_shape(shape)[dim]
-    _, k = group_of(mesh, device, fine_axes)
+    _, k = group_of(mesh, device, after)
     rows, pieces = [], {}
     for position in range(k * size, (k + 1) * size):
         if position >= shape[dim]:
             rows.append(np.zeros_like(np.take(arrays[device], [0], axis=dim)))
             continue
-        owner = position // coarse
-        rows.append(np.take(arrays[holders[owner]], [position - owner * coarse], axis=dim))
-        if owner != mine:
-            pieces[owner - mine] = pieces.get(owner - mine, 0) + 1
+        owner = position // held
+        rows.append(np.take(arrays[holders[owner]], [position - owner * held], axis=dim))
+        distance = position // covered - mine
+        if distance:
+            pieces[distance] = pieces.get(distance, 0) + 1
     return np.concatenate(rows, axis=dim), pieces
 
 
@@ -331,6 +344,15 @@ def test_uneven_minor_split_takes_a_halo_where_blocks_straddle_shards():
     # would move a whole block of 3.
     assert exact(S(("y",), ()), S(("y", "x"), ()), shape=(5, 8)) == [
         Step("halo_slice", ("x",), dim=0, bytes_per_device=8 * 4)]
+
+
+def test_uneven_minor_group_removed_by_a_gather_and_a_halo():
+    # 6 rows in blocks of 2 over (a, b) back into blocks of 3 over a: b's
+    # gather leaves the device at a=1 rows 4-7, and row 3 comes from a=0.
+    mesh = Mesh.from_string("a=2,b=2")
+    steps = exact(Sharding(mesh, (("a", "b"), ())), Sharding(mesh, (("a",), ())),
+                  shape=(6, 3))
+    assert steps == [Step("halo_gather", ("b",), dim=0, bytes_per_device=2 * 12 + 12)]
 
 
 def test_full_replication_of_a_large_tensor_is_flagged():

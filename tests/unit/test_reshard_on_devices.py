@@ -97,6 +97,10 @@ def _moved_bytes(partitioned: str) -> float:
 # row 3 from a=1 by halo exchange (XLA's PartialReplicateToTiledHaloExchange).
 @example((Sharding(Mesh.from_string("a=2,b=2"), (("a",), ())),
           Sharding(Mesh.from_string("a=2,b=2"), (("a", "b"), ())), (6, 3), 0))
+# ... and back: b's gather, then row 3 from a=0 (PartialReplicateToPartial-
+# ReplicateReshardHaloExchange).
+@example((Sharding(Mesh.from_string("a=2,b=2"), (("a", "b"), ())),
+          Sharding(Mesh.from_string("a=2,b=2"), (("a",), ())), (6, 3), 0))
 def test_planned_collectives_leave_each_device_its_target_block(problem):
     source, target, shape, seed = problem
     partitioned = run_passes(_identity_program(source, target, shape), "spmd-partition")
