@@ -11,12 +11,14 @@
 * one module per family of ops whose per-device form needs more than new
   types: `basic` (constants, iota, sharding constraints, custom calls),
   `windowed` (halo exchange), `indexing` (gather, scatter), `sorting` (sort,
-  top-k), `control` (loops, branches, calls, run-time-offset slices).
+  top-k), `reduction` (reduces whose body leaves no partial result),
+  `control` (loops, branches, calls, run-time-offset slices).
 
 Importing this package registers every strategy.
 """
 
-from stablehlo_spmd.partitioning import basic, control, indexing, sorting, windowed  # noqa: F401
+from stablehlo_spmd.partitioning import (  # noqa: F401
+    basic, control, indexing, reduction, sorting, windowed)
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import STRATEGIES
 

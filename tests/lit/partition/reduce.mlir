@@ -152,3 +152,28 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %0 : tensor<6xf32>
   }
 }
+
+// -----
+
+// A product over split rows has no partial form (`mhlo.sharding` spells
+// pending sums, maxes and mins only): each device multiplies its 2 rows, the
+// four 8-element products are all-gathered and multiplied again, 8 elements
+// a device instead of the 8x8 operand.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK-NOT: all_gather
+// CHECK: %[[MINE:.*]] = stablehlo.reduce(%[[A]] init: %[[ONE:.*]]) applies stablehlo.multiply across dimensions = [0] : (tensor<2x8xf32>, tensor<f32>) -> tensor<8xf32>
+// CHECK-NEXT: %[[ROW:.*]] = stablehlo.reshape %[[MINE]] : (tensor<8xf32>) -> tensor<1x8xf32>
+// CHECK-NEXT: %[[ALL:.*]] = "stablehlo.all_gather"(%[[ROW]])
+// CHECK-SAME: (tensor<1x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[P:.*]] = stablehlo.reduce(%[[ALL]] init: %[[ONE]]) applies stablehlo.multiply across dimensions = [0] : (tensor<4x8xf32>, tensor<f32>) -> tensor<8xf32>
+// CHECK-NEXT: sdy.return %[[P]] : tensor<8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @product(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<8xf32> {mhlo.sharding = "{replicated}"}) {
+    %one = stablehlo.constant dense<1.0> : tensor<f32>
+    %0 = stablehlo.reduce(%a init: %one) applies stablehlo.multiply across dimensions = [0] : (tensor<8x8xf32>, tensor<f32>) -> tensor<8xf32>
+    return %0 : tensor<8xf32>
+  }
+}
