@@ -53,7 +53,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd import op_rules
-from stablehlo_spmd.halos import halo_extent, pieces_elements, window_pieces
+from stablehlo_spmd.halos import halo_extent, pieces_elements, window_pieces, within_one_shard
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.op_rules import FactorKind, OpRule, int_array
 from stablehlo_spmd.op_rules.windowed import (
@@ -255,6 +255,8 @@ def _halo_elements(p: Partitioner, op: ir.Operation, required, halo: Halo,
                          halo.starts, halo.needed)
     if returned:
         return None if extent is None else sum(extent)
+    if halo.starts is None and within_one_shard(shard, halo.offset, halo.length, halo.step):
+        return halo.length   # no halo: the whole window comes from one other shard
     starts = halo.starts or [halo.offset + q * halo.step for q in range(count)]
     pieces = pieces_elements(window_pieces(shard, count, size, starts, halo.length, halo.live,
                                            halo.needed))
