@@ -511,6 +511,8 @@ class Emitter:
             value = self.local_slice(value, step.dim, step.axes)
         elif step.kind == "halo_slice":
             value = self._halo_slice(value, step, shape[step.dim], global_shape[step.dim])
+        elif step.kind == "gather_by_sum":
+            value = self._gather_by_sum(value, step, global_shape[step.dim])
         elif step.kind == "halo_gather":
             value = self._halo_gather(value, step, shape[step.dim], global_shape[step.dim])
         elif step.kind == "all_gather":
@@ -546,6 +548,32 @@ class Emitter:
         value = self.local_slice(window, dim, step.axes)
         if self.mesh.axes_size(step.result.dim_axes[dim]) * block > size:
             value = self.mask_padding(value, dim, step.result.dim_axes[dim], size)
+        return value
+
+    def _gather_by_sum(self, value: ir.Value, step: Step, size: int) -> ir.Value:
+        """`Step.gather_by_sum`: this device's shard placed at its offset in a
+        zero buffer, cut to the `size` real elements (the padding falls past
+        them), and summed over the step's axes.  Booleans are summed as
+        integers: each element is real on one device only."""
+        dim = step.dim
+        shard = _shape(value)[dim]
+        count = self.mesh.axes_size(step.axes)
+        element = _element_type(value)
+        boolean = isinstance(element, ir.IntegerType) and ir.IntegerType(element).width == 1
+        if boolean:
+            value = stablehlo.ConvertOp(_like_typed(value, ir.IntegerType.get_signless(8)),
+                                        value).result
+        buffer = stablehlo.BroadcastInDimOp(
+            _like(value, [*_shape(value)[:dim], count * shard, *_shape(value)[dim + 1:]]),
+            scalar_zero(_element_type(value)), []).result
+        offset = self._lookup(tuple(step.axes), shard)
+        zero = int_constant(0, offset.type)
+        starts = [zero] * len(_shape(value))
+        starts[dim] = offset
+        placed = stablehlo.DynamicUpdateSliceOp(buffer, value, starts).result
+        value = self.all_reduce(self._edge(placed, dim, 0, size), step.axes)
+        if boolean:
+            value = stablehlo.ConvertOp(_like_typed(value, element), value).result
         return value
 
     def _halo_gather(self, value: ir.Value, step: Step, shard: int, size: int) -> ir.Value:
@@ -613,6 +641,10 @@ def _shape(value: ir.Value) -> list[int]:
 
 def _element_type(value: ir.Value) -> ir.Type:
     return ir.RankedTensorType(value.type).element_type
+
+
+def _like_typed(value: ir.Value, element: ir.Type) -> ir.Type:
+    return ir.RankedTensorType.get(_shape(value), element)
 
 
 def _like(value: ir.Value, shape: Sequence[int]) -> ir.Type:

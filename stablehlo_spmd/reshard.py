@@ -46,7 +46,8 @@ Costs (T: bytes of the tensor the group of ``q`` devices covers at that step,
 B: this device's bytes before the step, both including padding)
 all_gather (q-1)B = T(q-1)/q;  slice 0;  all_to_all B(q-1)/q = T(q-1)/q²;
 all_reduce 2B(q-1)/q;  reduce_scatter B(q-1)/q;  collective_permute B = T/q;
-halo_slice: the elements received (the widest piece from each distance), at
+gather_by_sum: an all_reduce of the whole dim, 2W(q-1)/q (W: the bytes once
+the dim is whole); halo_slice: the elements received (the widest piece from each distance), at
 B's bytes per element along the dimension; halo_gather: an all_gather, then
 the elements received as for halo_slice.
 """
@@ -70,8 +71,8 @@ from stablehlo_spmd.sharding import Sharding
 
 DEFAULT_WARN_BYTES = 64 * 2**20
 
-STEP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "slice",
-              "halo_slice", "halo_gather", "collective_permute")
+STEP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "gather_by_sum", "all_to_all",
+              "slice", "halo_slice", "halo_gather", "collective_permute")
 
 
 class ReshardError(ShardingError):
@@ -425,6 +426,22 @@ class _Problem:
                     cost = Fraction(local * (q - 1))
                     yield _Move(Step("all_gather", group, dim, bytes_per_device=float(cost)),
                                 _with_dim(layout, dim, major), cost)
+            if axes:
+                yield self.gather_by_sum(layout, dim)
+
+    def gather_by_sum(self, layout: _Layout, dim: int) -> _Move:
+        """Make `dim` whole by summing: each device places the real part of
+        its shard in a zero buffer of the whole dim, and an all_reduce adds
+        them up.  It sends the whole dim twice where an all_gather sends
+        every shard, padding included, once: cheaper where most devices
+        hold padding only (a dim of 1 split 8 ways: the owner's broadcast,
+        as XLA writes it)."""
+        q = self.shards(layout.dims[dim])
+        local = self.local_shape(layout)
+        whole = self.nbytes(local) * self.shape[dim] // local[dim]
+        cost = Fraction(2 * whole * (q - 1), q)
+        return _Move(Step("gather_by_sum", layout.dims[dim], dim, bytes_per_device=float(cost)),
+                     _with_dim(layout, dim, ()), cost)
 
     def all_to_alls(self, layout: _Layout) -> Iterator[_Move]:
         """Move a minor group of `source_dim`'s axes to the minor end of another dim."""

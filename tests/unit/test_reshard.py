@@ -109,6 +109,10 @@ def run_step(step, arrays, shape):
             gathered = np.concatenate([arrays[m] for m in members], axis=step.dim)
             out[device] = trim_to(gathered, step.dim, size[step.dim])
             moved[device] = local.nbytes * (q - 1)
+        elif step.kind == "gather_by_sum":
+            gathered = np.concatenate([arrays[m] for m in members], axis=step.dim)
+            out[device] = trim_to(gathered, step.dim, size[step.dim])
+            moved[device] = 2 * out[device].nbytes * (q - 1) / q
         elif step.kind == "slice":
             padded = pad_to(local, step.dim, q * size[step.dim])
             out[device] = np.split(padded, q, axis=step.dim)[me]
@@ -353,6 +357,14 @@ def test_uneven_minor_group_removed_by_a_gather_and_a_halo():
     steps = exact(Sharding(mesh, (("a", "b"), ())), Sharding(mesh, (("a",), ())),
                   shape=(6, 3))
     assert steps == [Step("halo_gather", ("b",), dim=0, bytes_per_device=2 * 12 + 12)]
+
+
+def test_a_dim_held_by_one_device_is_gathered_by_a_sum():
+    # One row split 8 ways: seven devices hold padding only.  Summing the
+    # owner's row into everyone's zeros moves 2 * 7/8 of a row; an all_gather
+    # would move 7 rows.
+    assert exact(S(("x", "y"), ()), S((), ()), shape=(1, 8)) == [
+        Step("gather_by_sum", ("x", "y"), dim=0, bytes_per_device=2 * 8 * 4 * 7 / 8)]
 
 
 def test_full_replication_of_a_large_tensor_is_flagged():

@@ -70,15 +70,17 @@ def _moved_bytes(partitioned: str) -> float:
     """Bytes per device the collectives move, by DESIGN.md's table (B: the
     operand's bytes, p: the group size)."""
     total = 0.0
-    for line in partitioned.splitlines():
+    lines = partitioned.splitlines()
+    for index, line in enumerate(lines):
         found = re.search(r'"stablehlo\.(all_gather|all_reduce|reduce_scatter|all_to_all|'
                           r'collective_permute)"', line)
         if not found:
             continue
         kind = found.group(1)
+        if kind == "all_reduce":   # a gather by sum: the types follow its combiner region
+            line += next(later for later in lines[index + 1:] if later.strip().startswith("})"))
         operand = re.search(r": \((tensor<[^>]*>)\) -> tensor<", line)
-        # Sources here are never partial: no all_reduce / reduce_scatter
-        # (whose combiner region would put the types on a later line).
+        # Sources here are never partial: no reduce_scatter.
         assert operand is not None, f"unexpected collective: {line}"
         size = _tensor_bytes(operand.group(1))
         if kind == "collective_permute":
@@ -86,7 +88,8 @@ def _moved_bytes(partitioned: str) -> float:
             continue
         groups = re.search(r"replica_groups = dense<(\[\[[^>]*\]\])>", line).group(1)
         p = len(eval(groups)[0])
-        total += {"all_gather": (p - 1) * size, "all_to_all": size * (p - 1) / p}[kind]
+        total += {"all_gather": (p - 1) * size, "all_to_all": size * (p - 1) / p,
+                  "all_reduce": 2 * size * (p - 1) / p}[kind]
     return total
 
 
@@ -101,6 +104,9 @@ def _moved_bytes(partitioned: str) -> float:
 # ReplicateReshardHaloExchange).
 @example((Sharding(Mesh.from_string("a=2,b=2"), (("a", "b"), ())),
           Sharding(Mesh.from_string("a=2,b=2"), (("a",), ())), (6, 3), 0))
+# A row on one device of four, the others padding: its owner's broadcast by a sum.
+@example((Sharding(Mesh.from_string("a=2,b=2"), (("a", "b"), ())),
+          Sharding(Mesh.from_string("a=2,b=2"), ((), ())), (1, 3), 0))
 def test_planned_collectives_leave_each_device_its_target_block(problem):
     source, target, shape, seed = problem
     partitioned = run_passes(_identity_program(source, target, shape), "spmd-partition")
