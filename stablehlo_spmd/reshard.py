@@ -36,8 +36,9 @@ Size-1 mesh axes never move data, so they are dropped before the search.
 
 Limits: the move set is not complete, so "cheapest" means cheapest among
 these moves.  An uneven split that cannot happen in place is either a halo
-exchange (`halo_slice`, when each device's new block lies within reach of its
-coarse shard) or a gather of the dimension whole first, and removing an
+exchange (`halo_slice`, `halo_gather`, when each device's new block lies
+within reach of its coarse shard) or a gather of the dimension whole first,
+and removing an
 axis that is not at the minor end gathers every axis minor to it too (dim
 ``(x, y) -> (y)`` gathers both, then slices ``y`` again) where a chain of
 all_to_alls could move less.
@@ -46,10 +47,9 @@ Costs (T: bytes of the tensor the group of ``q`` devices covers at that step,
 B: this device's bytes before the step, both including padding)
 all_gather (q-1)B = T(q-1)/q;  slice 0;  all_to_all B(q-1)/q = T(q-1)/q²;
 all_reduce 2B(q-1)/q;  reduce_scatter B(q-1)/q;  collective_permute B = T/q;
-gather_by_sum: an all_reduce of the whole dim, 2W(q-1)/q (W: the bytes once
-the dim is whole); halo_slice: the elements received (the widest piece from each distance), at
-B's bytes per element along the dimension; halo_gather: an all_gather, then
-the elements received as for halo_slice.
+gather_by_sum 2W(q-1)/q (W: the bytes once the dim is whole);  halo_slice:
+the elements received (the widest piece from each distance) at B's bytes per
+element along the dim;  halo_gather: an all_gather, then its halo the same way.
 """
 
 from __future__ import annotations
@@ -322,6 +322,7 @@ class _Problem:
         the new axes).  Priced by the elements received, as the windowed
         strategies price halos."""
         free = self.free_axes(layout)
+        local = self.local_shape(layout)
         for dim in range(len(layout.dims)):
             major = layout.dims[dim]
             upcoming = self.next_axes(layout, dim) or ()
@@ -339,7 +340,6 @@ class _Problem:
                                               q * -(-self.shape[dim] // (coarse * q)))
                 if received is None:
                     continue
-                local = self.local_shape(layout)
                 cost = Fraction(self.nbytes(local) * received, local[dim])
                 after = _with_dim(layout, dim, major + group)
                 yield _Move(Step("halo_slice", group, dim, bytes_per_device=float(cost)),
@@ -351,7 +351,8 @@ class _Problem:
         the group (each device then holds ``[c*q*s_f, (c+1)*q*s_f)``), and take
         the coarse shard ``[c*s_c, (c+1)*s_c)`` from that and a neighbour's
         halo, as GSPMD does, instead of gathering the whole dim."""
-        local = self.nbytes(self.local_shape(layout))
+        local = self.local_shape(layout)
+        nbytes = self.nbytes(local)
         for dim, axes in enumerate(layout.dims):
             for cut in range(1, len(axes)):
                 major, group = axes[:cut], axes[cut:]
@@ -359,12 +360,11 @@ class _Problem:
                 if self.splittable(dim, major, q):
                     continue
                 coarse = self.shards(major)
-                gathered = q * self.local_shape(layout)[dim]
-                received = self.halo_elements(dim, coarse, gathered, -(-self.shape[dim] // coarse))
+                received = self.halo_elements(dim, coarse, q * local[dim],
+                                              -(-self.shape[dim] // coarse))
                 if received is None:
                     continue
-                cost = Fraction(local * (q - 1)) + Fraction(local * received,
-                                                           self.local_shape(layout)[dim])
+                cost = Fraction(nbytes * (q - 1)) + Fraction(nbytes * received, local[dim])
                 yield _Move(Step("halo_gather", group, dim, bytes_per_device=float(cost)),
                             _with_dim(layout, dim, major), cost)
 

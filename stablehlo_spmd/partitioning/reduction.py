@@ -22,7 +22,8 @@ from stablehlo_spmd import op_rules
 from stablehlo_spmd.op_rules import FactorKind
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import (
-    RULE_DRIVEN, Plan, dealt_axes, factor_axes, layout, plan_reshard_bytes, strategy)
+    RULE_DRIVEN, Plan, dealt_axes, factor_axes, layout, mask_uneven_reduction,
+    plan_reshard_bytes, strategy)
 from stablehlo_spmd.shapes import local_type, shape_of, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
 
@@ -76,13 +77,9 @@ def emit_reduce(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     if plan.detail is None:
         return RULE_DRIVEN.emit_local(p, op, plan, operands)
     count = len(op.results)
-    inputs, inits = list(operands[:count]), list(operands[count:])
-    for index, local in enumerate(inputs):
-        for dim, dim_axes in enumerate(plan.required[index].dim_axes):
-            size = shape_of(op.operands[index])[dim]
-            if dim_axes and size % p.mesh.axes_size(dim_axes):
-                local = p.emitter.mask_padding(local, dim, dim_axes, size, inits[index])
-        inputs[index] = local
+    inputs = [mask_uneven_reduction(p, op, plan, index, local)
+              for index, local in enumerate(operands[:count])]
+    inits = list(operands[count:])
     types = [local_type(r.type, s) for r, s in zip(op.results, plan.produced)]
     partials = p.create(op, [*inputs, *inits], types).results
     stacked = []

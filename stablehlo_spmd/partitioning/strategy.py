@@ -315,14 +315,17 @@ def mask_uneven_reduction(p: "Partitioner", op: ir.Operation, plan: Plan, index:
     """Overwrite the padding of an uneven, sharded reduced dimension of
     operand `index` with the reduction's neutral value (its rule's
     `neutral_operands`; zero when it has none: 0 * NaN would still be NaN),
-    so the local op never reads it."""
+    so the local op never reads it.  A reduced dim is a REDUCTION factor, or
+    a NEED_REPLICATION one a strategy splits anyway (`partitioning.reduction`
+    reduces each shard of those)."""
     rule, axes = plan.rule, plan.axes
     if rule is None or index >= len(rule.operands) or shape_of(local) is None:
         return local
     for dim, factors in enumerate(rule.operands[index]):
         for factor in factors:
             dim_axes, size = axes[factor], rule.factor_sizes[factor]
-            if (rule.factor_kinds[factor] is not FactorKind.REDUCTION or not dim_axes
+            if (rule.factor_kinds[factor] not in (FactorKind.REDUCTION,
+                                                  FactorKind.NEED_REPLICATION) or not dim_axes
                     or size % p.mesh.axes_size(dim_axes) == 0):
                 continue
             neutral = None
