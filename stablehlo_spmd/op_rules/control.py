@@ -21,8 +21,7 @@ from stablehlo_spmd.op_rules.indexing import top_k_rule
 from stablehlo_spmd.shapes import shape_of
 
 
-@register("stablehlo.optimization_barrier")
-def _barrier(op: ir.Operation):
+def _identities(op: ir.Operation) -> RuleBuilder:
     """Operand i is result i, dimension by dimension."""
     shapes = [shape_of(v) or () for v in op.operands]
     builder = RuleBuilder([len(s) for s in shapes], [len(s) for s in shapes])
@@ -31,7 +30,26 @@ def _barrier(op: ir.Operation):
             dims = [None] * len(shapes)
             dims[index] = dim
             builder.factor(size, FactorKind.PASS_THROUGH, dims, dims)
-    return builder.build(UnreducedFlow.JOINT, range(len(shapes)), keeps_attributes=True)
+    return builder
+
+
+@register("stablehlo.optimization_barrier")
+def _barrier(op: ir.Operation):
+    return _identities(op).build(UnreducedFlow.JOINT, range(len(op.operands)),
+                                 keeps_attributes=True)
+
+
+@register("stablehlo.all_reduce")
+def _cross_replica_all_reduce(op: ir.Operation):
+    """An all-reduce across replicas (no channel: it never crosses
+    partitions) sums each element with the same element of the other
+    replicas, so a partition's shard meets only the matching shards: it is
+    an identity dimension by dimension, as for XLA's partitioner.  One with
+    a channel runs across partitions and has no partitioned form here."""
+    if "channel_handle" in op.attributes:
+        return None
+    # Partial sums are reduced first: the body need not be a sum.
+    return _identities(op).build(UnreducedFlow.NONE, (), keeps_attributes=True)
 
 
 @register("sdy.sharding_constraint")

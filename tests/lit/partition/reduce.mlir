@@ -177,3 +177,27 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %0 : tensor<8xf32>
   }
 }
+
+// -----
+
+// An all_reduce with no channel runs across replicas, never across
+// partitions: each partition's row block meets only the same block, so the
+// op runs on the block as it is (XLA's TiledAllReduce), any body.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x3xf32>) {
+// CHECK-NEXT: %[[M:.*]] = "stablehlo.all_reduce"(%[[A]]) <{replica_groups = dense<> : tensor<0x0xi64>}>
+// CHECK: stablehlo.maximum
+// CHECK: }) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT: sdy.return %[[M]] : tensor<2x3xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
+  func.func @cross_replica(%a: tensor<4x3xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"})
+      -> (tensor<4x3xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"}) {
+    %0 = "stablehlo.all_reduce"(%a) <{replica_groups = dense<> : tensor<0x0xi64>}> ({
+    ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+      %s = stablehlo.maximum %x, %y : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }) : (tensor<4x3xf32>) -> tensor<4x3xf32>
+    return %0 : tensor<4x3xf32>
+  }
+}
