@@ -49,7 +49,7 @@ def _made_plan(p: Partitioner, op: ir.Operation) -> Plan:
     return Plan([target], [], [made])
 
 
-@strategy("stablehlo.constant", "stablehlo.iota", plan=_made_plan)
+@strategy("stablehlo.constant", "stablehlo.iota", plan=_made_plan, local=True)
 def emit_made(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     if op.name == "stablehlo.iota":
         return [_local_iota(p, op, plan.produced[0])]

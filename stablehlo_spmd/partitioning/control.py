@@ -42,7 +42,7 @@ from jaxlib.mlir.dialects import func
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd.module_shardings import function_values
-from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.partitioner import Partitioner, erase_unused
 from stablehlo_spmd.partitioning.strategy import Plan, strategy
 from stablehlo_spmd.shapes import int_constant, local_type, scalar_zero, shape_of, zeros
 from stablehlo_spmd.sharding import Sharding
@@ -146,6 +146,7 @@ def _outline(p: Partitioner, callee: ir.Operation, name: str, arguments, results
             returned = [p.to(v, s) if s is not None else p.local[v]
                         for v, s in zip(terminator.operands, results)]
             func.ReturnOp(returned)
+    erase_unused(body)
     return symbol
 
 

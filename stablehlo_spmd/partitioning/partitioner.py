@@ -16,6 +16,11 @@ value has (`shardings`).  For each op it
    is where the all-reduce or reduce-scatter of a partial result is
    emitted, and where a partial that could not be kept is dropped.
 
+A value made from constants (an iota, a splat, a slice of a constant) is
+not moved to another layout but made again there (`rebuilt`), as XLA's
+constant folding would leave nothing to move; what that leaves unused is
+erased at the end (`erase_unused`).
+
 Regions are walked by the same driver (`create`), with block-argument and
 yield shardings the op's strategy gives; the frame around the per-device
 program is `skeleton.ShardMapSkeleton`.  Per-run state (the per-device
@@ -36,7 +41,7 @@ from stablehlo_spmd.module_shardings import (
     MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions, read_hlo)
 from stablehlo_spmd.partitioning.skeleton import skeleton as make_skeleton
 from stablehlo_spmd.partitioning.strategy import REPLICATED, RULE_DRIVEN, STRATEGIES, Plan
-from stablehlo_spmd.reshard import plan as plan_reshard
+from stablehlo_spmd.reshard import plan as plan_reshard, plan_cost
 from stablehlo_spmd.shapes import element_bytes, local_type, shape_of, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
 
@@ -64,6 +69,8 @@ class Partitioner:
         self.outlined: dict[tuple, str] = {}
         self._result_shardings: dict[tuple, tuple[Sharding, ...]] = {}
         self.rule_plans: dict[tuple, tuple] = {}  # see strategy._cheapest_rule_plan
+        # (op, result shardings) while `rebuilt` plans an op at a layout of its choosing.
+        self._rebuilding: tuple[ir.Operation, tuple[Sharding, ...]] | None = None
 
     # -------------------------------------------------------------- driver
 
@@ -88,6 +95,7 @@ class Partitioner:
             with terminator.location:
                 returned = [self.to(v, s) for v, s in zip(terminator.operands, result_shardings)]
         skeleton.finish(returned)
+        erase_unused(skeleton.body)
         # A function an op names in `called_computations` (a sort or top-k
         # comparator on scalars, say) is not called per device: it stays as
         # it is, unless a call site re-created it under its name.
@@ -107,13 +115,7 @@ class Partitioner:
     def emit(self, op: ir.Operation) -> None:
         """Emit `op`'s per-device form (see the module docstring)."""
         with op.location:
-            strategy = STRATEGIES.get(op.name)
-            plan = strategy.plan(self, op) if strategy is not None else None
-            if plan is None:
-                strategy = RULE_DRIVEN
-                plan = strategy.plan(self, op)
-                if plan is None:
-                    strategy, plan = REPLICATED, REPLICATED.plan(self, op)
+            strategy, plan = self.choose(op)
             self.report_gathered(op, plan)
             operands = [self.local[v] if layout is None else self.to(v, layout)
                         for v, layout in zip(op.operands, plan.required)]
@@ -122,6 +124,18 @@ class Partitioner:
                 self.bind(old, new, produced)
                 if produced is not None and wanted is not None:
                     self.settle(old, wanted)
+
+    def choose(self, op: ir.Operation):
+        """`op`'s strategy and its plan: the op's own, else the rule-driven
+        default, else the replicated one."""
+        strategy = STRATEGIES.get(op.name)
+        plan = strategy.plan(self, op) if strategy is not None else None
+        if plan is None:
+            strategy = RULE_DRIVEN
+            plan = strategy.plan(self, op)
+            if plan is None:
+                strategy, plan = REPLICATED, REPLICATED.plan(self, op)
+        return strategy, plan
 
     def declared(self, value) -> Sharding | None:
         try:
@@ -149,6 +163,8 @@ class Partitioner:
         A sharding that does not parse or fit is the user's error: reported at
         the op, and the op carries on replicated so the rest is still checked.
         """
+        if self._rebuilding is not None and self._rebuilding[0] == op:
+            return list(self._rebuilding[1])
         shapes = tuple(shape_of(r) or () for r in op.results)
         attributes = op.attributes
         if MHLO_SHARDING not in attributes:
@@ -182,25 +198,94 @@ class Partitioner:
         if not set(target.unreduced) <= set(source.unreduced):
             target = target.reduced()
         if source != target:
-            self.bind(value, self.to(value, target), target)
+            self.bind(value, self.to(value, target, rebuild=False), target)
 
-    def to(self, value: ir.Value, target: Sharding) -> ir.Value:
-        """`value`'s per-device form, resharded to `target`."""
+    def to(self, value: ir.Value, target: Sharding, rebuild: bool = True) -> ir.Value:
+        """`value`'s per-device form, resharded to `target`: by collectives,
+        or, for a value made from constants alone, by making it again in
+        `target`'s layout (`rebuilt`)."""
         source = self.shardings.get(value)
         local = self.local[value]
         if source is None or source == target or not shape_of(value):
             if source is not None and source != target and not shape_of(value):
                 return self.emitter.reshard(local, source, target, ())
             return local
-        shape = shape_of(value)
-        steps = plan_reshard(source, target, shape,
-                             element_bytes(ir.RankedTensorType(value.type).element_type),
-                             self.warn_bytes)
+        steps = self._reshard_steps(value, source, target)
+        if rebuild and plan_cost(steps) > 0 and self._rebuild_plan(value, target, _REBUILD_DEPTH):
+            return self.rebuilt(value, target)
         if any(step.replicates_fully for step in steps):
             # XLA's "involuntary full rematerialization", but with a location.
             diagnostics.warning(ir.Location.current, f"resharding {value.type} from {source} to "
                                 f"{target} goes through a fully replicated copy")
-        return self.emitter.reshard(local, source, target, shape, steps=steps)
+        return self.emitter.reshard(local, source, target, shape_of(value), steps=steps)
+
+    def _reshard_steps(self, value: ir.Value, source: Sharding, target: Sharding):
+        return plan_reshard(source, target, shape_of(value),
+                            element_bytes(ir.RankedTensorType(value.type).element_type),
+                            self.warn_bytes)
+
+    # ------------------------------------------------------ rematerializing
+
+    def _rebuild_plan(self, value: ir.Value, target: Sharding, depth: int):
+        """The (strategy, plan) that makes `value`'s op again with its result
+        in `target`'s layout, moving no data: a `Strategy.local` one whose
+        every operand is already in the layout the plan needs, or free to
+        slice to it, or itself made again that way (at most `depth` ops
+        deep).  The op's own strategy is tried with `target` as its result
+        sharding, then, for a small value, running it whole.  None where no
+        such plan exists.
+
+        XLA constant-folds what is made from constants alone and so never
+        moves it; an iota or a broadcast splat is as cheap to make in any
+        layout.  Making such a value again costs no bytes at all.
+        """
+        if depth <= 0 or target.unreduced or not isinstance(value.owner, ir.OpView | ir.Operation):
+            return None  # a block argument's owner is its block
+        op = value.owner.operation
+        if op.name not in _REBUILDABLE or len(op.results) != 1:
+            return None
+        before, self._rebuilding = self._rebuilding, (op, (target,))
+        try:
+            candidates = [self.choose(op)]
+        finally:
+            self._rebuilding = before
+        if tensor_bytes(value.type) <= _MAKE_WHOLE_BYTES:
+            candidates.append((REPLICATED, REPLICATED.plan(self, op)))
+        for strategy, plan in candidates:
+            if strategy.local and self._makes_freely(value, target, plan, depth):
+                return strategy, plan
+        return None
+
+    def _makes_freely(self, value: ir.Value, target: Sharding, plan: Plan, depth: int) -> bool:
+        produced = plan.produced[0]
+        if produced is None or produced.unreduced or not self._free(value, produced, target):
+            return False
+        for operand, layout in zip(value.owner.operands, plan.required):
+            current = self.shardings.get(operand)
+            if layout is None or current is None or not shape_of(operand) or \
+                    self._free(operand, current, layout):
+                continue
+            if self._rebuild_plan(operand, layout, depth - 1) is None:
+                return False
+        return True
+
+    def _free(self, value: ir.Value, source: Sharding, target: Sharding) -> bool:
+        return source == target or (not source.unreduced and
+                                    plan_cost(self._reshard_steps(value, source, target)) == 0)
+
+    def rebuilt(self, value: ir.Value, target: Sharding) -> ir.Value:
+        """`value` made again, here, in `target`'s layout (`_rebuild_plan`)."""
+        op = value.owner.operation
+        strategy, plan = self._rebuild_plan(value, target, _REBUILD_DEPTH)
+        operands = [self.local[v] if layout is None else self.to(v, layout)
+                    for v, layout in zip(op.operands, plan.required)]
+        with op.location:
+            local = strategy.emit_local(self, op, plan, operands)[0]
+        produced = plan.produced[0]
+        if produced == target:
+            return local
+        return self.emitter.reshard(local, produced, target, shape_of(value),
+                                    steps=self._reshard_steps(value, produced, target))
 
     # ------------------------------------------------------------ helpers
 
@@ -272,6 +357,42 @@ class Partitioner:
                     ir.Operation.create(terminator.name, operands=[
                         self.to(v, s) if shape_of(v) is not None else self.local[v]
                         for v, s in zip(terminator.operands, targets)])
+
+
+# Ops made again, rather than moved, when everything they read is made from
+# constants (`Partitioner._rebuild_plan`): cheap, region-free, one result.
+_REBUILDABLE = frozenset({
+    "stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
+    "stablehlo.transpose", "stablehlo.slice", "stablehlo.concatenate", "stablehlo.convert",
+})
+_REBUILD_DEPTH = 4
+# A value made again may be made whole on every device first (a slice of a
+# constant, say), where it is no larger than this: a small temporary, never
+# a table's worth of memory.
+_MAKE_WHOLE_BYTES = 1 << 20
+
+
+# Ops whose effect is more than their results: never erased unused.
+_EFFECTFUL = frozenset({
+    "stablehlo.custom_call", "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.send",
+    "stablehlo.recv", "stablehlo.while", "stablehlo.if", "stablehlo.case", "func.call",
+})
+
+
+def erase_unused(block: ir.Block) -> None:
+    """Erase the ops of `block` (and of the regions in it) whose results
+    nothing reads: a value made again where it was needed (`rebuilt`)
+    leaves its first, moved form unused, and an unused collective is not
+    free.  Walking each block backwards sees users before what they read,
+    so one walk clears whole chains."""
+    for op in reversed(list(block.operations)):
+        op = op.operation
+        for region in op.regions:
+            for inner in region.blocks:
+                erase_unused(inner)
+        if op.results and op.name not in _EFFECTFUL and op.name.startswith("stablehlo.") and \
+                not any(True for result in op.results for _ in result.uses):
+            op.erase()
 
 
 def _called_computations(module: ir.Operation) -> set[str]:

@@ -70,19 +70,24 @@ ConstrainFn = Callable[[OpRule, list], None]
 class Strategy:
     plan: PlanFn
     emit_local: EmitFn
+    # `emit_local` computes on the operands it is given and moves no data
+    # between devices (no halo exchange, no tree of partial results): the
+    # partitioner may then make a value again rather than move it.
+    local: bool = False
 
 
 STRATEGIES: dict[str, Strategy] = {}
 
 
-def strategy(*op_names: str, plan: PlanFn | None = None) -> Callable[[EmitFn], EmitFn]:
+def strategy(*op_names: str, plan: PlanFn | None = None,
+             local: bool = False) -> Callable[[EmitFn], EmitFn]:
     """Register the decorated ``emit_local`` with `plan` (default `rule_plan`)
-    as the strategy of `op_names`."""
+    as the strategy of `op_names` (`Strategy.local`: it moves no data)."""
     def register(emit_local: EmitFn) -> EmitFn:
         for name in op_names:
             # One strategy an op: a second would silently win by import order.
             assert name not in STRATEGIES, f"{name} already has a strategy"
-            STRATEGIES[name] = Strategy(plan or rule_plan, emit_local)
+            STRATEGIES[name] = Strategy(plan or rule_plan, emit_local, local)
         return emit_local
     return register
 
@@ -152,7 +157,7 @@ def _emit_by_rule(p: "Partitioner", op: ir.Operation, plan: Plan, operands) -> S
                                    zip(op.results, plan.produced)]).results
 
 
-RULE_DRIVEN = Strategy(_cheapest_rule_plan, _emit_by_rule)
+RULE_DRIVEN = Strategy(_cheapest_rule_plan, _emit_by_rule, local=True)
 
 
 def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[Sharding],
@@ -350,4 +355,4 @@ def _emit_replicated(p: "Partitioner", op: ir.Operation, plan: Plan, operands):
 
 
 # Any op, correctly: gather the operands, run it whole, slice the results.
-REPLICATED = Strategy(_replicated_plan, _emit_replicated)
+REPLICATED = Strategy(_replicated_plan, _emit_replicated, local=True)
