@@ -10,15 +10,16 @@
   value does not divide);
 * one module per family of ops whose per-device form needs more than new
   types: `basic` (constants, iota, sharding constraints, custom calls),
-  `windowed` (halo exchange), `indexing` (gather, scatter), `sorting` (sort,
-  top-k), `reduction` (reduces whose body leaves no partial result),
-  `control` (loops, branches, calls, run-time-offset slices).
+  `windowed` (halo exchange), `reshape` (reshapes that move block
+  boundaries), `indexing` (gather, scatter), `sorting` (sort, top-k),
+  `reduction` (reduces whose body leaves no partial result), `control`
+  (loops, branches, calls, run-time-offset slices).
 
 Importing this package registers every strategy.
 """
 
 from stablehlo_spmd.partitioning import (  # noqa: F401
-    basic, control, indexing, reduction, sorting, windowed)
+    basic, control, indexing, reduction, reshape, sorting, windowed)
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import STRATEGIES
 

@@ -111,26 +111,51 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
 // -----
 
 // Merging an unevenly sharded dim: [10,6] rows over 4 devices (3 rows
-// each, the last with 2 rows of padding) -> [60] over 4 (15 each).  The
-// padding would land inside the flat vector, so the rows are gathered and
-// trimmed (12x6 -> 10x6), reshaped whole, and device k keeps elements
-// [15k, 15k+15): offset table [0, 15, 30, 45].
+// each, the last with 2 rows of padding) -> [60] over 4 (15 each).  Device
+// k holds flat elements [18k, 18k+18) and wants [15k, 15k+15): it takes the
+// last 9 of its left neighbour's flat block as a halo (at most 9 are
+// needed, by device 3) and cuts its window at 9 - 3k.  Nothing is gathered.
 
 // CHECK-LABEL: func.func public @main
 // CHECK: %[[A:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{manual}"} : ({{.*}}) -> tensor<3x6xf32>
-// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[A]]) {{.*}} : (tensor<3x6xf32>) -> tensor<12x6xf32>
-// CHECK-NEXT: %[[T:.*]] = stablehlo.slice %[[G]] [0:10, 0:6] : (tensor<12x6xf32>) -> tensor<10x6xf32>
-// CHECK-NEXT: %[[R:.*]] = stablehlo.reshape %[[T]] : (tensor<10x6xf32>) -> tensor<60xf32>
-// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, 15, 30, 45]> : tensor<4xi32>
-// CHECK-NEXT: %[[PID:.*]] = stablehlo.partition_id : tensor<ui32>
-// CHECK-NEXT: %[[E:.*]] = stablehlo.dynamic_slice %[[TABLE]], %[[PID]], sizes = [1]
-// CHECK-NEXT: %[[OFF:.*]] = stablehlo.reshape %[[E]] : (tensor<1xi32>) -> tensor<i32>
-// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[R]], %[[OFF]], sizes = [15] : (tensor<60xf32>, tensor<i32>) -> tensor<15xf32>
+// CHECK-NEXT: %[[FLAT:.*]] = stablehlo.reshape %[[A]] : (tensor<3x6xf32>) -> tensor<18xf32>
+// CHECK-NEXT: %[[TAIL:.*]] = stablehlo.slice %[[FLAT]] [9:18] : (tensor<18xf32>) -> tensor<9xf32>
+// CHECK-NEXT: %[[HALO:.*]] = "stablehlo.collective_permute"(%[[TAIL]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 1], [1, 2], [2, 3]]>
+// CHECK-NEXT: %[[JOINED:.*]] = stablehlo.concatenate %[[HALO]], %[[FLAT]], dim = 0 : (tensor<9xf32>, tensor<18xf32>) -> tensor<27xf32>
+// CHECK-NEXT: %[[TABLE:.*]] = stablehlo.constant dense<[0, -3, -6, -9]> : tensor<4xi32>
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[JOINED]], %{{.*}}, sizes = [15] : (tensor<27xf32>, tensor<i32>) -> tensor<15xf32>
 // CHECK-NEXT: stablehlo.custom_call @Sharding(%[[MINE]]) {mhlo.sharding = "{manual}"} : (tensor<15xf32>) -> tensor<15xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @merge_uneven(%a: tensor<10x6xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
       -> (tensor<60xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}) {
     %0 = stablehlo.reshape %a : (tensor<10x6xf32>) -> tensor<60xf32>
     return %0 : tensor<60xf32>
+  }
+}
+
+// -----
+
+// A dim of 7 split in blocks of 4 rows, merged with 10 and split again as
+// 14 rows of 5 in blocks of 7: 40 flat elements a device before, 35 after.
+// Device 1 takes the last 5 of device 0's flat block as a halo; nothing is
+// gathered (XLA's ReshapeMergeDimsWithHaloExchange).
+
+// CHECK-LABEL: func.func public @main
+// CHECK: %[[SHARD:.*]] = stablehlo.custom_call @SPMDFullToShardShape({{.*}}) -> tensor<4x10xf32>
+// CHECK-NEXT: %[[FLAT:.*]] = stablehlo.reshape %[[SHARD]] : (tensor<4x10xf32>) -> tensor<40xf32>
+// CHECK-NEXT: %[[TAIL:.*]] = stablehlo.slice %[[FLAT]] [35:40]
+// CHECK-NEXT: %[[HALO:.*]] = "stablehlo.collective_permute"(%[[TAIL]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 1]]>
+// CHECK-NEXT: %[[JOINED:.*]] = stablehlo.concatenate %[[HALO]], %[[FLAT]], dim = 0 : (tensor<5xf32>, tensor<40xf32>) -> tensor<45xf32>
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[WINDOW:.*]] = stablehlo.dynamic_slice %[[JOINED]], %{{.*}}, sizes = [35]
+// CHECK-NEXT: %[[RESULT:.*]] = stablehlo.reshape %[[WINDOW]] : (tensor<35xf32>) -> tensor<7x5xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
+  func.func @merge_halo(%a: tensor<7x10xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"})
+      -> (tensor<14x5xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"}) {
+    %0 = stablehlo.reshape %a : (tensor<7x10xf32>) -> tensor<14x5xf32>
+    return %0 : tensor<14x5xf32>
   }
 }
