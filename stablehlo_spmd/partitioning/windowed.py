@@ -55,6 +55,7 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.halos import halo_extent, pieces_elements, window_pieces, within_one_shard
 from stablehlo_spmd.ir import cached_attr
+from stablehlo_spmd.module_shardings import MHLO_SHARDING, is_sharding_constraint
 from stablehlo_spmd.op_rules import FactorKind, OpRule, int_array
 from stablehlo_spmd.op_rules.windowed import (
     conv_window, is_zero_scalar, padding_pairs, parallel_spatial_dims)
@@ -884,3 +885,67 @@ def _never_selected(op: ir.Operation) -> float | None:
     direction = hlo.ComparisonDirectionAttr(compare.attributes["comparison_direction"]).value
     return {"GE": float("-inf"), "GT": float("-inf"),
             "LE": float("inf"), "LT": float("inf")}.get(direction)
+
+
+# ------------------------------------------------- slices of pads, folded
+
+def fold_slices_of_pads(module: ir.Operation) -> None:
+    """Rewrite each unit-stride slice of an interior-free pad as one pad of
+    the pad's operand, with the edges the slice leaves (negative where it
+    cuts into the operand): ``slice(pad(x, 1, 0), [0:n])`` is
+    ``pad(x, 1, -1)``.  The pair along a split dim would exchange a halo
+    twice, once for the pad and once for the slice; the one pad exchanges
+    one window, as XLA merges them.
+
+    Sharding constraints between the two that pin the pad's own sharding,
+    and that nothing else reads, are looked through: they ask for no move.
+    The slice's sharding is the new pad's.  A pad left unused is emitted,
+    then erased unused with the moves it made (`partitioner.erase_unused`).
+    """
+    slices = []
+
+    def visit(op):
+        if op.operation.name == "stablehlo.slice":
+            slices.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for op in slices:
+        pad = _padded_source(op.operands[0])
+        starts, limits, strides = _slice_attributes(op)
+        if pad is None or any(s != 1 for s in strides):
+            continue
+        low = int_array(pad.attributes["edge_padding_low"])
+        high = int_array(pad.attributes["edge_padding_high"])
+        size = shape_of(pad.results[0])
+        with ir.InsertionPoint(op), op.location:
+            folded = hlo.PadOp(pad.operands[0], pad.operands[1],
+                               _array_attr([lo - s for lo, s in zip(low, starts)]),
+                               _array_attr([hi - (n - e) for hi, n, e in zip(high, size, limits)]),
+                               _array_attr([0] * len(low)))
+        if MHLO_SHARDING in op.attributes:
+            folded.attributes[MHLO_SHARDING] = op.attributes[MHLO_SHARDING]
+        op.results[0].replace_all_uses_with(folded.result)
+        op.erase()
+
+
+def _padded_source(value: ir.Value) -> ir.Operation | None:
+    """The interior-free pad `value` is, through constraints that pin the
+    pad's sharding and have no other reader; None where it is not one."""
+    chain = []
+    while isinstance(value.owner, ir.OpView | ir.Operation) and \
+            is_sharding_constraint(value.owner.operation):
+        chain.append(value.owner.operation)
+        value = value.owner.operation.operands[0]
+    if not isinstance(value.owner, ir.OpView | ir.Operation):
+        return None
+    pad = value.owner.operation
+    if pad.name != "stablehlo.pad" or any(int_array(pad.attributes["interior_padding"])):
+        return None
+    sharding = pad.attributes[MHLO_SHARDING] if MHLO_SHARDING in pad.attributes else None
+    for constraint in chain:
+        pinned = constraint.attributes[MHLO_SHARDING] \
+            if MHLO_SHARDING in constraint.attributes else None
+        if pinned != sharding or len(list(constraint.results[0].uses)) != 1:
+            return None
+    return pad

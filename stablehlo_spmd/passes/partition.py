@@ -21,6 +21,7 @@ from stablehlo_spmd import diagnostics
 from stablehlo_spmd.module_shardings import functions, module_mesh
 from stablehlo_spmd.partitioning import Partitioner
 from stablehlo_spmd.partitioning.partitioner import is_private
+from stablehlo_spmd.partitioning.windowed import fold_slices_of_pads
 from stablehlo_spmd.passes import ModulePass, register_pass
 
 
@@ -44,4 +45,5 @@ class PartitionPass(ModulePass):
                               f"found {len(public)}")
             return
         with module.location:  # the default for types and ops built along the way
+            fold_slices_of_pads(module)
             Partitioner(module, public[0], mesh, self.warn_bytes).run()

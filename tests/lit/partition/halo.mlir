@@ -250,3 +250,31 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %0 : tensor<1xf32>
   }
 }
+
+// -----
+
+// A slice of a pad, through a constraint that pins the pad's own sharding,
+// is one pad of the pad's operand: out[i] = a[i + 2] or 2.0.  Device i
+// takes a[i + 2] from device i + 2 in one collective_permute and fills
+// past the end; the pad's own halo is never exchanged (XLA's
+// MergedPadThenSliceWithPaddingHigh).
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<1xf32>) {
+// CHECK-NEXT: %[[FILL:.*]] = stablehlo.constant dense<2.000000e+00> : tensor<f32>
+// CHECK-NEXT: %[[FROM:.*]] = "stablehlo.collective_permute"(%[[A]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}2, 0], [3, 1]]>
+// CHECK-NOT: collective_permute
+// CHECK: %[[KEPT:.*]] = stablehlo.select %{{.*}}, %[[FROM]], %{{.*}} : tensor<1xi1>, tensor<1xf32>
+// CHECK-NEXT: %[[OUT:.*]] = stablehlo.pad %[[KEPT]], %[[FILL]], low = [0], high = [0], interior = [0]
+// CHECK-NEXT: sdy.return %[[OUT]] : tensor<1xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @pad_then_slice(%a: tensor<4xf32> {mhlo.sharding = "{devices=[4]<=[4]}"})
+      -> (tensor<4xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}) {
+    %c = stablehlo.constant dense<2.0> : tensor<f32>
+    %0 = stablehlo.pad %a, %c, low = [2], high = [2], interior = [0] {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<4xf32>, tensor<f32>) -> tensor<8xf32>
+    %1 = stablehlo.custom_call @Sharding(%0) {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<8xf32>) -> tensor<8xf32>
+    %2 = stablehlo.slice %1 [4:8] {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<8xf32>) -> tensor<4xf32>
+    return %2 : tensor<4xf32>
+  }
+}

@@ -403,3 +403,16 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     assert '"stablehlo.all_gather"' not in partitioned
     moved = _moved_elements(partitioned)
     assert moved and all(elements <= 2 * 4 for elements in moved)
+
+
+@pytest.mark.parametrize("pad, cut", [((1, 0), slice(0, 16)),    # shift right by one
+                                      ((2, 2), slice(4, 20)),    # shift left by two
+                                      ((3, 1), slice(1, 17))])
+def test_a_slice_of_a_pad_exchanges_one_window(pad, cut):
+    # XLA's MergedPadThenSlice*: pad then slice is one shift of the split
+    # rows, one collective_permute, where the pair would exchange twice.
+    # (lax.pad: jnp.pad would wrap the pad in a function of its own.)
+    _, counts = _compare(
+        lambda x: jax.lax.pad(x, 2.0, [(*pad, 0), (0, 0, 0)])[cut], (_random(16, 4),), "x=4",
+        [(r"^x$", ("x", None)), (r"^result$", ("x", None))])
+    assert counts == {**dict.fromkeys(COLLECTIVES, 0), "collective_permute": 1}
