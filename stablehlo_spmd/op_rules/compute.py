@@ -1,4 +1,6 @@
-"""Contractions and reductions: dot_general (and the legacy dot) and reduce.
+"""Contractions and reductions: dot_general (and the legacy dot) and reduce,
+and the linear-algebra ops that solve or factor whole matrices per batch
+(triangular_solve, cholesky).
 
 Their REDUCTION factors are where partial (unreduced) values are born: a
 sharded contracting or reduced dimension leaves each device a partial result
@@ -127,3 +129,41 @@ def _reduce(op: ir.Operation):
                          (0,) if linear else (), reduction=kind,
                          keeps_attributes=True, masks_padding=True,
                          neutral_operands=range(count, 2 * count))
+
+
+@register("stablehlo.triangular_solve")
+def _triangular_solve(op: ir.Operation):
+    """``([..., m, m], [..., m, n]) -> [..., m, n]`` (``[..., n, m]`` with
+    ``left_side`` false): each batch's system is solved whole, so the
+    matrix's dims and b's m dim need every element; b's other dim holds
+    independent right-hand sides (a column of x reads only that column of
+    b), so it passes through split, as do the batch dims.  XLA's partitioner
+    keeps the batch dims only."""
+    a_shape, b_shape = shape_of(op.operands[0]), shape_of(op.operands[1])
+    if not a_shape or not b_shape or len(a_shape) < 2 or len(a_shape) != len(b_shape):
+        return None
+    rank = len(a_shape)
+    left = ir.BoolAttr(op.attributes["left_side"]).value
+    m_dim, n_dim = (rank - 2, rank - 1) if left else (rank - 1, rank - 2)
+    builder = RuleBuilder([rank, rank], [rank])
+    for dim in range(rank - 2):
+        builder.factor(a_shape[dim], FactorKind.PASS_THROUGH, [dim, dim], [dim])
+    builder.factor(a_shape[rank - 2], FactorKind.NEED_REPLICATION, [rank - 2, m_dim], [m_dim])
+    builder.factor(a_shape[rank - 1], FactorKind.NEED_REPLICATION, [rank - 1, None])
+    builder.factor(b_shape[n_dim], FactorKind.PASS_THROUGH, [None, n_dim], [n_dim])
+    return builder.build(keeps_attributes=True)
+
+
+@register("stablehlo.cholesky")
+def _cholesky(op: ir.Operation):
+    """``[..., n, n] -> [..., n, n]``: each batch's matrix is factored whole;
+    the batch dims pass through split."""
+    shape = shape_of(op.operands[0])
+    if not shape or len(shape) < 2:
+        return None
+    rank = len(shape)
+    builder = RuleBuilder([rank], [rank])
+    for dim in range(rank):
+        kind = FactorKind.PASS_THROUGH if dim < rank - 2 else FactorKind.NEED_REPLICATION
+        builder.factor(shape[dim], kind, [dim], [dim])
+    return builder.build(keeps_attributes=True)
