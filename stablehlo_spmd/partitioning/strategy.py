@@ -137,13 +137,19 @@ def _cheapest_rule_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
     known = p.rule_plans.get(key)
     if known is not None:
         return known[1]
+    # Where the result wants its factors (the reductions after them, or
+    # before), or where the operands have them: the op then runs in place
+    # and its (often smaller) result moves, as XLA's partitioner does when
+    # a dot's output is cheaper to reshard than its operands.  Ties keep the
+    # first.
+    choices = [(False, False), (True, False), (False, True)]
+    if FactorKind.REDUCTION not in rule.factor_kinds:
+        choices.remove((True, False))
     candidates = []
-    for reduction_first in (False, True):
-        plan = plan_from_axes(p, op, rule, wanted,
-                              factor_axes(p, op, rule, wanted, reduction_first))
+    for reduction_first, operands_first in choices:
+        plan = plan_from_axes(p, op, rule, wanted, factor_axes(
+            p, op, rule, wanted, reduction_first, operands_first))
         candidates.append((plan_reshard_bytes(p, op, plan), plan))
-        if FactorKind.REDUCTION not in rule.factor_kinds:
-            break
     plan = min(candidates, key=lambda c: c[0])[1]
     p.rule_plans[key] = (rule, plan)
     return plan
@@ -161,22 +167,30 @@ RULE_DRIVEN = Strategy(_cheapest_rule_plan, _emit_by_rule, local=True)
 
 
 def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[Sharding],
-                reduction_first: bool = False) -> list[tuple]:
+                reduction_first: bool = False, operands_first: bool = False) -> list[tuple]:
     """The mesh axes each factor runs over in the per-device op.
 
     Each factor takes the axes the op's result sharding gives it (REDUCTION
     factors: the axes an operand has there), except that PERMUTATION and
     NEED_REPLICATION factors, and factors the axes would split unevenly where
-    the padding matters, get none: their data is gathered first.
+    the padding matters, get none: their data is gathered first.  With
+    `operands_first`, each factor takes the axes the operands have instead
+    (the op runs where its operands are), and the result's only for the
+    factors no operand splits.
     """
     mesh = p.mesh
     axes: list[tuple] = [()] * rule.num_factors
     assigned = [False] * rule.num_factors
+    operand_axes = list(dealt_axes(p, rule, [p.shardings.get(v) for v in op.operands],
+                                   rule.operands))
+    if operands_first:
+        for factor, dealt in operand_axes:
+            if not assigned[factor]:
+                axes[factor], assigned[factor] = dealt, True
     for factor, dealt in dealt_axes(p, rule, wanted, rule.results):
         if not assigned[factor]:
             axes[factor], assigned[factor] = dealt, True
-    for factor, dealt in dealt_axes(p, rule, [p.shardings.get(v) for v in op.operands],
-                                    rule.operands):
+    for factor, dealt in operand_axes:
         if not assigned[factor] and rule.factor_kinds[factor] is FactorKind.REDUCTION:
             axes[factor], assigned[factor] = dealt, True
     compound = {f for tensor in (*rule.operands, *rule.results) for dim in tensor

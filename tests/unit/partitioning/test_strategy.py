@@ -63,3 +63,36 @@ def test_a_declined_strategy_leaves_nothing_behind_and_the_default_is_exact():
     got = np.asarray(ss.run(partitioned, [table, rows, updates])[0])
     want = np.asarray(ss.run_single_device(SCATTER_OF_A_SPLIT_WINDOW, [table, rows, updates])[0])
     np.testing.assert_array_equal(got, want)
+
+
+BATCHED_DOT_WANTED_ELSEWHERE = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
+  func.func @main(%lhs: tensor<4x8x24x16xf32> {mhlo.sharding = "{devices=[2,1,2,1]<=[4]}"},
+                  %rhs: tensor<4x8x32x16xf32> {mhlo.sharding = "{devices=[2,1,2,1]<=[4]}"})
+      -> (tensor<4x8x24x32xf32> {mhlo.sharding = "{devices=[1,2,2,1]<=[4]}"}) {
+    %0 = stablehlo.dot_general %lhs, %rhs, batching_dims = [0, 1] x [0, 1],
+        contracting_dims = [3] x [3] : (tensor<4x8x24x16xf32>, tensor<4x8x32x16xf32>)
+        -> tensor<4x8x24x32xf32>
+    return %0 : tensor<4x8x24x32xf32>
+  }
+}
+"""
+
+
+def test_a_dot_runs_where_its_operands_are_when_its_result_is_cheaper_to_move():
+    # The result wants its batch split on dim 1, the operands have it on
+    # dim 0.  Moving both operands to dim 1 sends more than computing where
+    # they are (only rhs's n is gathered) and moving the smaller result:
+    # XLA's Dot2DPartitionedBatchAndReshard.
+    rng = np.random.default_rng(7)
+    lhs = rng.standard_normal((4, 8, 24, 16)).astype(np.float32)
+    rhs = rng.standard_normal((4, 8, 32, 16)).astype(np.float32)
+    partitioned = ss.run_passes(BATCHED_DOT_WANTED_ELSEWHERE, "spmd-propagate,spmd-partition")
+    moved = re.findall(r'"stablehlo\.(all_gather|all_to_all|all_reduce|collective_permute)"\((%\w+)',
+                       partitioned)
+    assert [kind for kind, _ in moved] == ["all_gather", "all_to_all"]
+    # The gather reads rhs (the second argument); the all_to_all, the product.
+    assert moved[0][1] == "%arg3"
+    got, = ss.run(partitioned, [lhs, rhs])
+    want, = ss.run_single_device(BATCHED_DOT_WANTED_ELSEWHERE, [lhs, rhs])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
