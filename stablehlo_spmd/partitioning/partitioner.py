@@ -16,10 +16,11 @@ value has (`shardings`).  For each op it
    is where the all-reduce or reduce-scatter of a partial result is
    emitted, and where a partial that could not be kept is dropped.
 
-A value made from constants (an iota, a splat, a slice of a constant) is
-not moved to another layout but made again there (`rebuilt`), as XLA's
-constant folding would leave nothing to move; what that leaves unused is
-erased at the end (`erase_unused`).
+A value of a cheap op (a slice, a concatenation, a broadcast, a constant)
+is made again in another layout (`rebuilt`) rather than moved there where
+that moves fewer bytes: a value made from constants then moves nothing, as
+XLA's constant folding would leave nothing to move.  What that leaves
+unused is erased at the end (`erase_unused`).
 
 Regions are walked by the same driver (`create`), with block-argument and
 yield shardings the op's strategy gives; the frame around the per-device
@@ -117,9 +118,7 @@ class Partitioner:
         with op.location:
             strategy, plan = self.choose(op)
             self.report_gathered(op, plan)
-            operands = [self.local[v] if layout is None else self.to(v, layout)
-                        for v, layout in zip(op.operands, plan.required)]
-            results = strategy.emit_local(self, op, plan, operands)
+            results = strategy.emit_local(self, op, plan, self.operands_in(op, plan.required))
             for old, new, produced, wanted in zip(op.results, results, plan.produced, plan.wanted):
                 self.bind(old, new, produced)
                 if produced is not None and wanted is not None:
@@ -136,6 +135,20 @@ class Partitioner:
             if plan is None:
                 strategy, plan = REPLICATED, REPLICATED.plan(self, op)
         return strategy, plan
+
+    def operands_in(self, op: ir.Operation, layouts) -> list[ir.Value]:
+        """`op`'s per-device operands in `layouts` (None: as they are); an
+        operand read twice in one layout is moved once."""
+        moved: dict[tuple, ir.Value] = {}
+        operands = []
+        for value, layout in zip(op.operands, layouts):
+            if layout is None:
+                operands.append(self.local[value])
+                continue
+            if (value, layout) not in moved:
+                moved[value, layout] = self.to(value, layout)
+            operands.append(moved[value, layout])
+        return operands
 
     def declared(self, value) -> Sharding | None:
         try:
@@ -211,8 +224,11 @@ class Partitioner:
                 return self.emitter.reshard(local, source, target, ())
             return local
         steps = self._reshard_steps(value, source, target)
-        if rebuild and plan_cost(steps) > 0 and self._rebuild_plan(value, target, _REBUILD_DEPTH):
-            return self.rebuilt(value, target)
+        moved = plan_cost(steps)
+        if rebuild and moved > 0:
+            remade = self._rebuild_plan(value, target, _REBUILD_DEPTH)
+            if remade is not None and remade[2] < moved:
+                return self.rebuilt(value, target, remade)
         if any(step.replicates_fully for step in steps):
             # XLA's "involuntary full rematerialization", but with a location.
             diagnostics.warning(ir.Location.current, f"resharding {value.type} from {source} to "
@@ -227,17 +243,18 @@ class Partitioner:
     # ------------------------------------------------------ rematerializing
 
     def _rebuild_plan(self, value: ir.Value, target: Sharding, depth: int):
-        """The (strategy, plan) that makes `value`'s op again with its result
-        in `target`'s layout, moving no data: a `Strategy.local` one whose
-        every operand is already in the layout the plan needs, or free to
-        slice to it, or itself made again that way (at most `depth` ops
-        deep).  The op's own strategy is tried with `target` as its result
-        sharding, then, for a small value, running it whole.  None where no
-        such plan exists.
+        """(strategy, plan, bytes): the cheapest way to make `value`'s op
+        again with its result in `target`'s layout, and the bytes that moves.
+        The plan is a `Strategy.local` one: it moves nothing itself, only its
+        operands, each to the layout it needs, or made again that way in turn
+        (at most `depth` ops deep).  The op's own strategy is tried with
+        `target` as its result sharding, then, for a small value, running it
+        whole.  None where no such plan exists.
 
         XLA constant-folds what is made from constants alone and so never
         moves it; an iota or a broadcast splat is as cheap to make in any
-        layout.  Making such a value again costs no bytes at all.
+        layout; and a concatenation of two copies of a split vector is
+        cheaper to make whole from the vector gathered than to gather.
         """
         if depth <= 0 or target.unreduced or not isinstance(value.owner, ir.OpView | ir.Operation):
             return None  # a block argument's owner is its block
@@ -251,36 +268,49 @@ class Partitioner:
             self._rebuilding = before
         if tensor_bytes(value.type) <= _MAKE_WHOLE_BYTES:
             candidates.append((REPLICATED, REPLICATED.plan(self, op)))
+        best = None
         for strategy, plan in candidates:
-            if strategy.local and self._makes_freely(value, target, plan, depth):
-                return strategy, plan
-        return None
+            cost = self._making_cost(value, target, plan, depth) if strategy.local else None
+            if cost is not None and (best is None or cost < best[2]):
+                best = (strategy, plan, cost)
+        return best
 
-    def _makes_freely(self, value: ir.Value, target: Sharding, plan: Plan, depth: int) -> bool:
+    def _making_cost(self, value: ir.Value, target: Sharding, plan: Plan,
+                     depth: int) -> float | None:
+        """Bytes `plan` moves to make `value` in `target`'s layout: its
+        operands' moves (or their making), and its result's, which must be
+        free (a local slice); None where the result would move."""
         produced = plan.produced[0]
-        if produced is None or produced.unreduced or not self._free(value, produced, target):
-            return False
+        if produced is None or produced.unreduced or self._moved(value, produced, target):
+            return None
+        total, seen = 0.0, set()
         for operand, layout in zip(value.owner.operands, plan.required):
             current = self.shardings.get(operand)
-            if layout is None or current is None or not shape_of(operand) or \
-                    self._free(operand, current, layout):
+            if layout is None or current is None or not shape_of(operand) or current == layout \
+                    or (operand, layout) in seen:  # one move serves a value read twice
                 continue
-            if self._rebuild_plan(operand, layout, depth - 1) is None:
-                return False
-        return True
+            seen.add((operand, layout))
+            moved = self._moved(operand, current, layout)
+            if moved:
+                remade = self._rebuild_plan(operand, layout, depth - 1)
+                moved = min(moved, remade[2]) if remade is not None else moved
+            total += moved
+        return total
 
-    def _free(self, value: ir.Value, source: Sharding, target: Sharding) -> bool:
-        return source == target or (not source.unreduced and
-                                    plan_cost(self._reshard_steps(value, source, target)) == 0)
+    def _moved(self, value: ir.Value, source: Sharding, target: Sharding) -> float:
+        if source == target:
+            return 0.0
+        try:
+            return plan_cost(self._reshard_steps(value, source, target))
+        except ShardingError:
+            return float("inf")
 
-    def rebuilt(self, value: ir.Value, target: Sharding) -> ir.Value:
+    def rebuilt(self, value: ir.Value, target: Sharding, remade) -> ir.Value:
         """`value` made again, here, in `target`'s layout (`_rebuild_plan`)."""
         op = value.owner.operation
-        strategy, plan = self._rebuild_plan(value, target, _REBUILD_DEPTH)
-        operands = [self.local[v] if layout is None else self.to(v, layout)
-                    for v, layout in zip(op.operands, plan.required)]
+        strategy, plan, _ = remade
         with op.location:
-            local = strategy.emit_local(self, op, plan, operands)[0]
+            local = strategy.emit_local(self, op, plan, self.operands_in(op, plan.required))[0]
         produced = plan.produced[0]
         if produced == target:
             return local
