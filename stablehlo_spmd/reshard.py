@@ -464,13 +464,22 @@ class _Problem:
                                      bytes_per_device=float(cost)), after, cost)
 
     def permutes(self, layout: _Layout) -> Iterator[_Move]:
-        """Same shard counts per dim, other devices: jump to a layout on the target's path."""
+        """Same shard counts per dim, other devices: jump to a layout on the
+        target's path, or one step from it: a dim may also take, minor to
+        the target's axes, axes the target does not split at all, which an
+        all_gather then drops.  (Moving the smaller blocks first and
+        gathering after moves less than gathering first: XLA's order.)"""
+        goal_axes = {a for axes in self.goal.dims for a in axes}
+        spare = [a for a in self.mesh.axis_names
+                 if a not in goal_axes and a not in layout.pending and a not in self.fixed]
+        extras = [()] + [(a,) for a in spare] + list(itertools.permutations(spare, 2))
         options = []
         for dim, axes in enumerate(layout.dims):
             want = self.goal.dims[dim]
             count = self.shards(axes)
-            options.append([want[:k] for k in range(len(want) + 1)
-                            if self.shards(want[:k]) == count])
+            options.append([want[:k] + extra for k in range(len(want) + 1) for extra in extras
+                            if (not extra or k == len(want))
+                            and self.shards(want[:k] + extra) == count])
         local = self.nbytes(self.local_shape(layout))
         for dims in itertools.product(*options):
             used = [a for axes in dims for a in axes]

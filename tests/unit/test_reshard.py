@@ -338,6 +338,15 @@ def test_reordered_axes_permute():
     assert sorted(s for s, _ in step.pairs) == sorted(t for _, t in step.pairs) == list(range(8))
 
 
+def test_blocks_move_before_the_gather_that_drops_an_axis():
+    # (x, y) -> (y): gathering x first and then moving the y blocks would
+    # send 3/4 of the tensor and then half of it.  Permuting the blocks to
+    # (y, x) first (an eighth of the tensor) and then gathering x moves less.
+    first, second = exact(S(("x", "y"), ()), S(("y",), ()))
+    assert (first.kind, first.bytes_per_device) == ("collective_permute", T / 8)
+    assert second == Step("all_gather", ("x",), dim=0, bytes_per_device=T / 8 * 3)
+
+
 def test_uneven_minor_split_takes_a_halo_where_blocks_straddle_shards():
     # 5 rows over x=4 are blocks of 2; over (x, y) blocks of 1: 2 % 2 == 0, in place.
     assert exact(S(("x",), ()), S(("x", "y"), ()), shape=(5, 8)) == [

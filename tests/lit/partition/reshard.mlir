@@ -173,3 +173,26 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %0 : tensor<10x6xf32>
   }
 }
+
+// -----
+
+// Rows over (x, y) to rows over y alone: the 2-row blocks move first, to
+// the (y, x) order (device 2x+y takes block 4y+x), and then x is gathered,
+// 8 rows over y.  Gathering x first would move the 8-row blocks instead.
+
+// CHECK-LABEL: // -----
+// CHECK: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
+// CHECK-NEXT: %[[P:.*]] = "stablehlo.collective_permute"(%[[A]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 0], [4, 1], [1, 2], [5, 3], [2, 4], [6, 5], [3, 6], [7, 7]]>
+// CHECK-SAME: (tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[P]])
+// CHECK-SAME: replica_groups = dense<{{\[\[}}0, 2, 4, 6], [1, 3, 5, 7]]>
+// CHECK-SAME: (tensor<2x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: sdy.return %[[G]] : tensor<8x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4, "y"=2]>} {
+  func.func @permute_then_gather(%a: tensor<16x8xf32> {mhlo.sharding = "{devices=[8,1]<=[8]}"})
+      -> (tensor<16x8xf32> {mhlo.sharding = "{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}"}) {
+    return %a : tensor<16x8xf32>
+  }
+}
