@@ -444,7 +444,11 @@ class _Problem:
                      _with_dim(layout, dim, ()), cost)
 
     def all_to_alls(self, layout: _Layout) -> Iterator[_Move]:
-        """Move a minor group of `source_dim`'s axes to the minor end of another dim."""
+        """Move a minor group of `source_dim`'s axes to the minor end of another
+        dim: the target's next axes there, or any group that leaves every dim
+        split as many ways as the target's (a permute then puts the blocks
+        in the target's order, as XLA does for a merge in another order)."""
+        goal_counts = [self.shards(axes) for axes in self.goal.dims]
         for source_dim, axes in enumerate(layout.dims):
             for cut in range(len(axes)):
                 major, group = axes[:cut], axes[cut:]
@@ -452,13 +456,15 @@ class _Problem:
                 if not self.splittable(source_dim, major, q):
                     continue
                 for dest_dim in range(len(layout.dims)):
-                    upcoming = self.next_axes(layout, dest_dim) if dest_dim != source_dim else None
-                    if not upcoming or upcoming[:len(group)] != group:
-                        continue
-                    if not self.splittable(dest_dim, layout.dims[dest_dim], q):
+                    if dest_dim == source_dim or \
+                            not self.splittable(dest_dim, layout.dims[dest_dim], q):
                         continue
                     after = _with_dim(layout, source_dim, major)
                     after = _with_dim(after, dest_dim, layout.dims[dest_dim] + group)
+                    upcoming = self.next_axes(layout, dest_dim)
+                    if not (upcoming and upcoming[:len(group)] == group) and \
+                            [self.shards(a) for a in after.dims] != goal_counts:
+                        continue
                     cost = Fraction(self.padded_bytes(layout, dest_dim, q) * (q - 1), q)
                     yield _Move(Step("all_to_all", group, source_dim, dest_dim,
                                      bytes_per_device=float(cost)), after, cost)

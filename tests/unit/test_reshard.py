@@ -347,6 +347,17 @@ def test_blocks_move_before_the_gather_that_drops_an_axis():
     assert second == Step("all_gather", ("x",), dim=0, bytes_per_device=T / 8 * 3)
 
 
+def test_a_merge_in_another_order_exchanges_then_permutes():
+    # Rows over x and columns over y, wanted as rows over (y, x): no axis
+    # the target adds next can move by itself, but moving y to the rows
+    # splits them 8 ways as the target does, and one permute then puts the
+    # blocks in the (y, x) order: T/8 exchanged and T/8 moved, where
+    # gathering x first would move 3/4 of T.
+    first, second = exact(S(("x",), ("y",)), S(("y", "x"), ()))
+    assert first == Step("all_to_all", ("y",), dim=1, dim2=0, bytes_per_device=T / 16)
+    assert (second.kind, second.bytes_per_device) == ("collective_permute", T / 8)
+
+
 def test_uneven_minor_split_takes_a_halo_where_blocks_straddle_shards():
     # 5 rows over x=4 are blocks of 2; over (x, y) blocks of 1: 2 % 2 == 0, in place.
     assert exact(S(("x",), ()), S(("x", "y"), ()), shape=(5, 8)) == [

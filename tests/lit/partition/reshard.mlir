@@ -196,3 +196,25 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4, "y"=2]>} {
     return %a : tensor<16x8xf32>
   }
 }
+
+// -----
+
+// Rows over x and columns over y, wanted as rows over (y, x): an all_to_all
+// over y moves y to the rows (2 rows of 8 a device, blocks in (x, y)
+// order), and one permute puts them in (y, x) order.
+
+// CHECK-LABEL: // -----
+// CHECK: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<4x4xf32>) {
+// CHECK-NEXT: %[[T:.*]] = "stablehlo.all_to_all"(%[[A]])
+// CHECK-SAME: concat_dimension = 1 : i64, replica_groups = dense<{{\[\[}}0, 1], [2, 3], [4, 5], [6, 7]]> : tensor<4x2xi64>, split_count = 2 : i64, split_dimension = 0 : i64
+// CHECK-SAME: (tensor<4x4xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[P:.*]] = "stablehlo.collective_permute"(%[[T]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 0], [4, 1], [1, 2], [5, 3], [2, 4], [6, 5], [3, 6], [7, 7]]>
+// CHECK-NEXT: sdy.return %[[P]] : tensor<2x8xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4, "y"=2]>} {
+  func.func @merge_reordered(%a: tensor<16x8xf32> {mhlo.sharding = "{devices=[4,2]<=[8]}"})
+      -> (tensor<16x8xf32> {mhlo.sharding = "{devices=[8,1]<=[4,2]T(1,0)}"}) {
+    return %a : tensor<16x8xf32>
+  }
+}
