@@ -150,9 +150,39 @@ def _cheapest_rule_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
         plan = plan_from_axes(p, op, rule, wanted, factor_axes(
             p, op, rule, wanted, reduction_first, operands_first))
         candidates.append((plan_reshard_bytes(p, op, plan), plan))
+    if FactorKind.REDUCTION in rule.factor_kinds:
+        # A contraction may also run with one axis on a factor neither side
+        # splits (a weight's free dim, say): moving a small weight and
+        # gathering a small activation can cost less than gathering the
+        # weight, whatever the result wants.
+        pending = {a for s in (*wanted, *(p.shardings.get(v) for v in op.operands))
+                   if s is not None for a in s.unreduced}
+        for axes in _one_axis_moved(p, rule, candidates[0][1].axes, pending):
+            plan = plan_from_axes(p, op, rule, wanted, axes)
+            candidates.append((plan_reshard_bytes(p, op, plan), plan))
     plan = min(candidates, key=lambda c: c[0])[1]
     p.rule_plans[key] = (rule, plan)
     return plan
+
+
+def _one_axis_moved(p: "Partitioner", rule: OpRule, axes: list[tuple], pending: set[str]):
+    """`axes` with one mesh axis taken off the factor holding it (if any) and
+    put, minor, on another factor that can run split and divides evenly; not
+    an axis a partial value around the op is pending on."""
+    compound = {f for tensor in (*rule.operands, *rule.results) for dim in tensor
+                if len(dim) > 1 for f in dim}
+    for axis in p.mesh.axis_names:
+        if p.axis_size[axis] == 1 or axis in pending:
+            continue
+        for factor, kind in enumerate(rule.factor_kinds):
+            if factor in compound or axis in axes[factor] or not (
+                    kind is FactorKind.PASS_THROUGH
+                    or (kind is FactorKind.REDUCTION and rule.reduction is not None)):
+                continue
+            moved = [tuple(a for a in held if a != axis) for held in axes]
+            moved[factor] = moved[factor] + (axis,)
+            if rule.factor_sizes[factor] % p.mesh.axes_size(moved[factor]) == 0:
+                yield moved
 
 
 def _emit_by_rule(p: "Partitioner", op: ir.Operation, plan: Plan, operands) -> Sequence[ir.Value]:

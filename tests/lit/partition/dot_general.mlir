@@ -144,24 +144,28 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 // -----
 
 // Contracting dim sharded on different axes of a 2x2 (x, y) mesh: a's k
-// over x, b's k over y.  The contraction runs over the first operand's
-// axis x, so b's k-blocks move from the y layout to the x layout with one
-// collective_permute.  Device d = 2*x + y holds block y(d) and needs block
-// x(d): devices 0 and 3 keep theirs, device 1 (x=0, y=1) needs block 0 and
-// device 2 (x=1, y=0) block 1; each source sends once, so the pairs
-// (source, target) are (0,0), (2,1), (1,2), (3,3).  The 8x8 partial on x is
-// summed over the devices differing only along x: [[0, 2], [1, 3]].
+// over x, b's k over y.  The contraction runs over a's axis x, and y moves
+// to b's free dim n (one all_to_all within each x row, 8x8 -> 16x4), so the
+// product is half as wide: each device keeps its x-half of k (a table of
+// [0, 0, 8, 8]), sums its 8x4 partial over x ([[0, 2], [1, 3]]), and the
+// columns are gathered over y.  That moves 384 bytes a device; moving b's
+// blocks to the x layout and summing the whole 8x8 would move 512.
 
 // CHECK-LABEL: func.func public @main
 // CHECK: manual_axes={"x", "y"} (%[[A:arg[0-9]+]]: tensor<8x8xf32>, %[[B:arg[0-9]+]]: tensor<8x8xf32>) {
-// CHECK-NEXT: %[[BP:.*]] = "stablehlo.collective_permute"(%[[B]])
-// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 0], [2, 1], [1, 2], [3, 3]]> : tensor<4x2xi64>
-// CHECK-SAME: (tensor<8x8xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[P:.*]] = stablehlo.dot_general %[[A]], %[[BP]], contracting_dims = [1] x [0] : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[BT:.*]] = "stablehlo.all_to_all"(%[[B]])
+// CHECK-SAME: replica_groups = dense<{{\[\[}}0, 1], [2, 3]]> : tensor<2x2xi64>
+// CHECK-SAME: (tensor<8x8xf32>) -> tensor<16x4xf32>
+// CHECK: %[[TABLE:.*]] = stablehlo.constant dense<[0, 0, 8, 8]> : tensor<4xi32>
+// CHECK: %[[BK:.*]] = stablehlo.dynamic_slice %[[BT]], %{{.*}}, %{{.*}}, sizes = [8, 4] : (tensor<16x4xf32>, tensor<i32>, tensor<i32>) -> tensor<8x4xf32>
+// CHECK-NEXT: %[[P:.*]] = stablehlo.dot_general %[[A]], %[[BK]], contracting_dims = [1] x [0] : (tensor<8x8xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
 // CHECK-NEXT: %[[S:.*]] = "stablehlo.all_reduce"(%[[P]])
 // CHECK-SAME: replica_groups = dense<{{\[\[}}0, 2], [1, 3]]> : tensor<2x2xi64>
-// CHECK: }) : (tensor<8x8xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: sdy.return %[[S]] : tensor<8x8xf32>
+// CHECK: }) : (tensor<8x4xf32>) -> tensor<8x4xf32>
+// CHECK-NEXT: %[[G:.*]] = "stablehlo.all_gather"(%[[S]])
+// CHECK-SAME: replica_groups = dense<{{\[\[}}0, 1], [2, 3]]> : tensor<2x2xi64>
+// CHECK-SAME: (tensor<8x4xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: sdy.return %[[G]] : tensor<8x8xf32>
 module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
   func.func @mismatched_contraction(%a: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,2,2]<=[4] last_tile_dim_replicate}"},
                                     %b: tensor<16x8xf32> {mhlo.sharding = "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}"})

@@ -96,3 +96,34 @@ def test_a_dot_runs_where_its_operands_are_when_its_result_is_cheaper_to_move():
     got, = ss.run(partitioned, [lhs, rhs])
     want, = ss.run_single_device(BATCHED_DOT_WANTED_ELSEWHERE, [lhs, rhs])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+FSDP_MATMUL = """
+module attributes {spmd.mesh = #sdy.mesh<["data"=8]>} {
+  func.func @main(%x: tensor<16x16xf32> {mhlo.sharding = "{devices=[8,1]<=[8]}"},
+                  %w: tensor<16x32xf32> {mhlo.sharding = "{devices=[8,1]<=[8]}"})
+      -> (tensor<16x32xf32> {mhlo.sharding = "{devices=[8,1]<=[8]}"}) {
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0]
+        : (tensor<16x16xf32>, tensor<16x32xf32>) -> tensor<16x32xf32>
+    return %0 : tensor<16x32xf32>
+  }
+}
+"""
+
+
+def test_a_matmul_may_split_a_dim_neither_side_splits_when_that_moves_less():
+    # x's batch and the weight's rows are both split 8 ways.  Gathering the
+    # weight moves 7/8 of 2 KiB; moving the weight to a column split (1/8
+    # of its 2-row block stays), gathering the smaller x (7/8 of 1 KiB) and
+    # moving the product back to a batch split costs 1344 bytes instead.
+    x = np.random.default_rng(8).standard_normal((16, 16)).astype(np.float32)
+    w = np.random.default_rng(9).standard_normal((16, 32)).astype(np.float32)
+    partitioned = ss.run_passes(FSDP_MATMUL, "spmd-propagate,spmd-partition")
+    moved = re.findall(r'"stablehlo\.(all_gather|all_to_all|all_reduce|reduce_scatter)"'
+                       r'\((%\w+)\).*: \((tensor<[^>]*>)\)', partitioned)
+    assert sorted((kind, shape) for kind, _, shape in moved) == [
+        ("all_gather", "tensor<2x16xf32>"), ("all_to_all", "tensor<16x4xf32>"),
+        ("all_to_all", "tensor<2x32xf32>")]
+    got, = ss.run(partitioned, [x, w])
+    want, = ss.run_single_device(FSDP_MATMUL, [x, w])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
