@@ -16,11 +16,14 @@ value has (`shardings`).  For each op it
    is where the all-reduce or reduce-scatter of a partial result is
    emitted, and where a partial that could not be kept is dropped.
 
-A value of a cheap op (a slice, a concatenation, a broadcast, a constant)
-is made again in another layout (`rebuilt`) rather than moved there where
-that moves fewer bytes: a value made from constants then moves nothing, as
-XLA's constant folding would leave nothing to move.  What that leaves
-unused is erased at the end (`erase_unused`).
+A value moved to a layout once is not moved there again where that move
+dominates the reader (`to` keeps the moves by per-device value and layout,
+as XLA's partitioner keeps its reshard cache).  A value of a cheap op (a
+slice, a concatenation, a broadcast, a constant) is made again in another
+layout (`rebuilt`) rather than moved there where that moves fewer bytes: a
+value made from constants then moves nothing, as XLA's constant folding
+would leave nothing to move.  What that leaves unused is erased at the end
+(`erase_unused`).
 
 Regions are walked by the same driver (`create`), with block-argument and
 yield shardings the op's strategy gives; the frame around the per-device
@@ -70,6 +73,8 @@ class Partitioner:
         self.outlined: dict[tuple, str] = {}
         self._result_shardings: dict[tuple, tuple[Sharding, ...]] = {}
         self.rule_plans: dict[tuple, tuple] = {}  # see strategy._cheapest_rule_plan
+        # (per-device value, layout) -> [(moved value, the block it was moved in)].
+        self._reshards: dict[tuple, list[tuple[ir.Value, ir.Block]]] = {}
         # (op, result shardings) while `rebuilt` plans an op at a layout of its choosing.
         self._rebuilding: tuple[ir.Operation, tuple[Sharding, ...]] | None = None
 
@@ -229,11 +234,20 @@ class Partitioner:
             remade = self._rebuild_plan(value, target, _REBUILD_DEPTH)
             if remade is not None and remade[2] < moved:
                 return self.rebuilt(value, target, remade)
+        # A value moved to a layout once serves every later reader there that
+        # the move dominates (XLA's partitioner keeps such a reshard cache).
+        key = (local, target)
+        here = ir.InsertionPoint.current.block
+        for earlier, block in self._reshards.get(key, ()):
+            if _encloses(block, here):
+                return earlier
         if any(step.replicates_fully for step in steps):
             # XLA's "involuntary full rematerialization", but with a location.
             diagnostics.warning(ir.Location.current, f"resharding {value.type} from {source} to "
                                 f"{target} goes through a fully replicated copy")
-        return self.emitter.reshard(local, source, target, shape_of(value), steps=steps)
+        result = self.emitter.reshard(local, source, target, shape_of(value), steps=steps)
+        self._reshards.setdefault(key, []).append((result, here))
+        return result
 
     def _reshard_steps(self, value: ir.Value, source: Sharding, target: Sharding):
         return plan_reshard(source, target, shape_of(value),
@@ -400,6 +414,19 @@ _REBUILD_DEPTH = 4
 # constant, say), where it is no larger than this: a small temporary, never
 # a table's worth of memory.
 _MAKE_WHOLE_BYTES = 1 << 20
+
+
+def _encloses(outer: ir.Block, inner: ir.Block) -> bool:
+    """Whether `inner` is `outer` or a block nested in it (what is defined in
+    `outer` before the insertion point dominates what `inner` will hold)."""
+    block = inner
+    while True:
+        if block == outer:
+            return True
+        owner = block.owner
+        if owner is None or owner.operation.name in ("func.func", "builtin.module"):
+            return False
+        block = owner.operation.block
 
 
 # Ops whose effect is more than their results: never erased unused.

@@ -218,3 +218,61 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4, "y"=2]>} {
     return %a : tensor<16x8xf32>
   }
 }
+
+// -----
+
+// A value moved to a layout once serves every later reader there: a's
+// rows go to columns by one all_to_all, read by both the add and the
+// multiply.
+
+// CHECK-LABEL: // -----
+// CHECK: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>, %[[B:arg[0-9]+]]: tensor<8x2xf32>) {
+// CHECK-NEXT: %[[M:.*]] = "stablehlo.all_to_all"(%[[A]])
+// CHECK-NEXT: %[[S:.*]] = stablehlo.add %[[M]], %[[B]] : tensor<8x2xf32>
+// CHECK-NEXT: %[[P:.*]] = stablehlo.multiply %[[M]], %[[S]] : tensor<8x2xf32>
+// CHECK-NEXT: sdy.return %[[P]] : tensor<8x2xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @moved_once(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                        %b: tensor<8x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) {
+    %0 = stablehlo.add %a, %b {mhlo.sharding = "{devices=[1,4]<=[4]}"} : tensor<8x8xf32>
+    %1 = stablehlo.multiply %a, %0 {mhlo.sharding = "{devices=[1,4]<=[4]}"} : tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// ...but only where the move dominates the reader: a's move inside the
+// loop body is not visible after the loop, which moves it again.
+
+// CHECK-LABEL: // -----
+// CHECK: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>, %[[B:arg[0-9]+]]: tensor<8x2xf32>) {
+// CHECK: %[[LOOP:.*]]:2 = stablehlo.while
+// CHECK: } do {
+// CHECK: %[[IN:.*]] = "stablehlo.all_to_all"(%[[A]])
+// CHECK-NEXT: stablehlo.add %[[IN]], %{{.*}} : tensor<8x2xf32>
+// CHECK: %[[OUT:.*]] = "stablehlo.all_to_all"(%[[A]])
+// CHECK-NEXT: %[[P:.*]] = stablehlo.multiply %[[OUT]], %[[LOOP]]#1 : tensor<8x2xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @moved_in_a_loop(%a: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                             %b: tensor<8x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[1,4]<=[4]}"}) {
+    %c0 = stablehlo.constant dense<0> : tensor<i32>
+    %r:2 = stablehlo.while(%i = %c0, %acc = %b) : tensor<i32>, tensor<8x8xf32>
+     cond {
+      %c2 = stablehlo.constant dense<2> : tensor<i32>
+      %lt = stablehlo.compare LT, %i, %c2 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %lt : tensor<i1>
+    } do {
+      %c1 = stablehlo.constant dense<1> : tensor<i32>
+      %next = stablehlo.add %i, %c1 : tensor<i32>
+      %sum = stablehlo.add %a, %acc : tensor<8x8xf32>
+      stablehlo.return %next, %sum : tensor<i32>, tensor<8x8xf32>
+    }
+    %1 = stablehlo.multiply %a, %r#1 {mhlo.sharding = "{devices=[1,4]<=[4]}"} : tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}

@@ -8,6 +8,7 @@ one all-reduce; an element-wise op on alike-sharded inputs needs none),
 the partitioned text is checked for them too.
 """
 
+import pathlib
 import re
 import warnings
 
@@ -327,3 +328,21 @@ def test_a_function_named_by_called_computations_is_kept():
         partitioned = ss.run_passes(WITH_COMPARATOR, "builtin.module(spmd-propagate,spmd-partition)")
     assert "called_computations = [@less]" in partitioned
     assert re.search(r"func\.func private @less\(", partitioned)
+
+
+def _lit_case(path: str, function: str) -> str:
+    """The module of the lit test file `path` (under tests/lit) that defines
+    `function`, with the function renamed @main to run."""
+    text = (pathlib.Path(__file__).parents[2] / "lit" / path).read_text()
+    case = next(c for c in text.split("// -----") if f"@{function}(" in c)
+    module = "\n".join(line for line in case.splitlines() if not line.startswith("//"))
+    return module.replace(f"@{function}(", "@main(")
+
+
+def test_a_move_is_reused_where_it_dominates_and_made_again_where_not():
+    # a goes from rows to columns inside the loop body and again after the
+    # loop (the first move does not dominate the multiply); the add and the
+    # multiply are each exact.
+    partitioned, counts = _run_and_compare(_lit_case("partition/reshard.mlir", "moved_in_a_loop"),
+                                           "spmd-propagate,spmd-partition", [(8, 8), (8, 8)])
+    assert counts["all_to_all"] == 2 and counts["all_gather"] == 0
