@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -57,6 +57,38 @@ def _placed(method):
             return method(self, *args, **kwargs)
 
     return wrapper
+
+
+class Piece(NamedTuple):
+    """`size` elements of the shard at coordinate `source` (from
+    `source_offset` in it) that the device at coordinate `target` puts at
+    `target_offset` of its block (`Emitter.gather_pieces`)."""
+
+    source: int
+    target: int
+    source_offset: int
+    target_offset: int
+    size: int
+
+
+def permute_groups(pieces: Sequence[Piece]) -> list[tuple[bool, list[Piece]]]:
+    """`pieces` as (moves, group): first the pieces devices keep (moves
+    False), then groups in which each device sends at most one piece and
+    receives at most one, so one collective_permute carries each; widest
+    first, so a group's width (its widest piece) is what it must carry."""
+    kept = [piece for piece in pieces if piece.source == piece.target]
+    groups: list[tuple[set, set, list[Piece]]] = []
+    for piece in sorted((x for x in pieces if x.source != x.target), key=lambda x: -x.size):
+        for senders, receivers, group in groups:
+            if piece.source not in senders and piece.target not in receivers:
+                break
+        else:
+            senders, receivers, group = set(), set(), []
+            groups.append((senders, receivers, group))
+        senders.add(piece.source)
+        receivers.add(piece.target)
+        group.append(piece)
+    return ([(False, kept)] if kept else []) + [(True, group) for _, _, group in groups]
 
 
 class Emitter:
@@ -286,10 +318,22 @@ class Emitter:
                       starts: Sequence[int], length: int, pieces, fill: ir.Value | None = None
                       ) -> ir.Value:
         """The windows of `halo_window` from the `pieces` of `window_pieces`:
-        for each distance k, every shard cuts the piece the device k before
-        it needs (at a per-device offset, as wide as the widest) and sends it
-        there (one collective_permute; none for k = 0); each device puts the
-        piece in place and keeps its part.  The rest of a window is `fill`."""
+        each device gets exactly the pieces of its window from the shards
+        that hold them (`gather_pieces`).  The rest of a window is `fill`."""
+        size = _shape(value)[dim]
+        return self.gather_pieces(value, dim, axes, length, [
+            Piece(q + distance, q, low - (q + distance) * size, low - (q * size + starts[q]), n)
+            for distance, by_target in pieces for q, (low, n) in by_target.items()], fill)
+
+    def gather_pieces(self, value: ir.Value, dim: int, axes: Sequence[str], length: int,
+                      pieces: Sequence["Piece"], fill: ir.Value | None = None) -> ir.Value:
+        """A block of `length` along `dim` on each device, made of `pieces` of
+        the shards of `value` (split over `axes`).  Pieces go in the groups
+        of `permute_groups`: for each, every source cuts its piece at a
+        per-device offset, as wide as the widest, and sends it (one
+        collective_permute; none for the pieces a device keeps); each target
+        puts the piece in place and keeps its part.  The rest of each block
+        is `fill`."""
         shape = _shape(value)
         size, count = shape[dim], self.mesh.axes_size(axes)
         window_shape = list(shape)
@@ -297,21 +341,24 @@ class Emitter:
         window_type = _like(value, window_shape)
         fill = fill if fill is not None else scalar_zero(_element_type(value))
         result = stablehlo.BroadcastInDimOp(window_type, fill, []).result
-        for distance, by_target in pieces:
-            width = max(n for _, n in by_target.values())
+        for moves, group in permute_groups(pieces):
+            width = max(piece.size for piece in group)
             cut = [0] * count       # by source coordinate: where it cuts its piece
-            for q, (low, _) in by_target.items():
-                cut[q + distance] = min(low - (q + distance) * size, size - width)
-            piece = self.per_device_slice(value, dim, axes, cut, width)
-            if distance:
-                piece = self.shift(piece, axes, -distance)
-            # By target coordinate: where the piece lands in the window (the
+            for piece in group:
+                cut[piece.source] = min(piece.source_offset, size - width)
+            sent = self.per_device_slice(value, dim, axes, cut, width)
+            if moves:
+                sent = self.collective_permute(sent, [
+                    (members[piece.source], members[piece.target])
+                    for members in replica_groups(self.mesh, axes) for piece in group])
+            # By target coordinate: where the piece lands in the block (the
             # buffer has `width` to spare on each side), and the part it keeps.
             lands, first, end = [width] * count, [0] * count, [0] * count
-            for q, (low, n) in by_target.items():
-                window_start = q * size + starts[q]
-                lands[q] = (q + distance) * size + cut[q + distance] - window_start + width
-                first[q], end[q] = low - window_start, low - window_start + n
+            for piece in group:
+                lands[piece.target] = (piece.target_offset - piece.source_offset
+                                       + cut[piece.source] + width)
+                first[piece.target] = piece.target_offset
+                end[piece.target] = piece.target_offset + piece.size
             buffer_shape = list(window_shape)
             buffer_shape[dim] = length + 2 * width
             buffer = stablehlo.BroadcastInDimOp(_like(value, buffer_shape),
@@ -319,7 +366,7 @@ class Emitter:
             at = self._table(tuple(axes), lands)
             indices = [int_constant(0, at.type)] * len(shape)
             indices[dim] = at
-            placed = self._edge(stablehlo.DynamicUpdateSliceOp(buffer, piece, indices).result,
+            placed = self._edge(stablehlo.DynamicUpdateSliceOp(buffer, sent, indices).result,
                                 dim, width, width + length)
             keep = stablehlo.AndOp(
                 self._compare_positions(window_shape, dim, axes, 0, 0, [("GE", 0)],

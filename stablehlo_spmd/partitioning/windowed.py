@@ -53,15 +53,16 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd import op_rules
+from stablehlo_spmd.collectives import Piece, permute_groups
 from stablehlo_spmd.halos import halo_extent, pieces_elements, window_pieces, within_one_shard
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.module_shardings import MHLO_SHARDING, is_sharding_constraint
 from stablehlo_spmd.op_rules import FactorKind, OpRule, int_array
 from stablehlo_spmd.op_rules.windowed import (
-    conv_window, is_zero_scalar, padding_pairs, parallel_spatial_dims)
+    conv_window, is_zero_scalar, padding_pairs, parallel_spatial_dims, producer)
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import (
-    Plan, factor_axes, plan_from_axes, plan_reshard_bytes, strategy)
+    Plan, factor_axes, plan_from_axes, plan_reshard_bytes, reshard_bytes, strategy)
 from stablehlo_spmd.shapes import (
     element_bytes, int_constant, local_type, shape_of, tensor_bytes, zeros)
 from stablehlo_spmd.sharding import Sharding
@@ -584,6 +585,9 @@ def _concatenate_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                                                  FactorKind.NEED_REPLICATION))
     if plan is None or not plan.produced[0].dim_axes[axis]:
         return None
+    by_pieces = _pieces_plan(p, op, plan, axis)
+    if by_pieces is not None:
+        return by_pieces
 
     def emit(operands):
         dim_axes = plan.produced[0].dim_axes[axis]
@@ -605,6 +609,90 @@ def _concatenate_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
 
 windowed_strategy("stablehlo.concatenate", _concatenate_plan)
+
+
+def _slices_of_one_source(op: ir.Operation, axis: int):
+    """(x, [(start, limit)] per operand) when every operand is one tensor x
+    or a unit-stride slice of it along `axis` alone; else None."""
+    source, ranges = None, []
+    for value in op.operands:
+        owner = producer(value)
+        if owner is not None and owner.name == "stablehlo.slice":
+            starts, limits, strides = _slice_attributes(owner)
+            whole = shape_of(owner.operands[0])
+            if any(stride != 1 for stride in strides) or any(
+                    (starts[d], limits[d]) != (0, whole[d]) for d in range(len(whole)) if d != axis):
+                return None
+            value, span = owner.operands[0], (starts[axis], limits[axis])
+        else:
+            span = (0, shape_of(value)[axis])
+        if source is None:
+            source = value
+        elif value != source:
+            return None
+        ranges.append(span)
+    return source, ranges
+
+
+def _source_pieces(spans, count: int, s_x: int, s_out: int, total: int) -> list[Piece]:
+    """The pieces of x that make each device's block of `s_out` (of `total`)
+    when x's ranges ``[start, limit)`` in `spans` are laid side by side; x is
+    split in shards of `s_x` over `count` devices."""
+    pieces, placed = [], 0
+    for start, limit in spans:
+        for q in range(count):
+            low, high = max(placed, q * s_out), min(placed + limit - start, (q + 1) * s_out, total)
+            first, last = low - placed + start, high - placed + start  # in x
+            for r in range(first // s_x, -(-last // s_x)) if high > low else ():
+                begin, end = max(first, r * s_x), min(last, (r + 1) * s_x)
+                pieces.append(Piece(r, q, begin - r * s_x, begin - first + low - q * s_out,
+                                    end - begin))
+        placed += limit - start
+    return pieces
+
+
+def _received(pieces: list[Piece]) -> int:
+    """Elements a device receives for `pieces`: each permute carries its widest."""
+    return sum(max(x.size for x in group) for moves, group in permute_groups(pieces) if moves)
+
+
+def _pieces_plan(p: Partitioner, op: ir.Operation, plan: Plan, axis: int) -> Plan | None:
+    """A concatenation of slices of one tensor x (a rotation, a wrap-around
+    padding): each device's block is pieces of x's shards, sent straight from
+    x (`Emitter.gather_pieces`), as few collective_permutes as the pieces
+    allow, as XLA's partitioner turns such a concatenation into one cyclic
+    shift.  Taken where it moves no more than the halos of the
+    concatenation and of the slices it reads (each priced as its own pieces)."""
+    found = _slices_of_one_source(op, axis)
+    layout = plan.produced[0]
+    if found is None or layout.unreduced:
+        return None
+    source, spans = found
+    current = p.shardings.get(source)
+    if current is None or current.unreduced:
+        return None
+    dim_axes = layout.dim_axes[axis]
+    count = p.mesh.axes_size(dim_axes)
+    total = shape_of(op.results[0])[axis]
+    s_x, s_out = _shard(p, shape_of(source)[axis], dim_axes), _shard(p, total, dim_axes)
+    pieces = _source_pieces(spans, count, s_x, s_out, total)
+    row = tensor_bytes(local_type(op.results[0].type, layout)) / s_out
+    moved = _received(pieces) * row + (reshard_bytes(current, layout, source)
+                                       if current != layout else 0.0)
+    before = _moved_bytes(p, op, plan)
+    for value, (start, limit) in zip(op.operands, spans):
+        if value != source and len(list(value.uses)) == 1:  # the slice's own halo goes too
+            before += _received(_source_pieces([(start, limit)], count, s_x,
+                                               _shard(p, limit - start, dim_axes),
+                                               limit - start)) * row
+    if moved > before:
+        return None
+
+    def emit(operands):
+        return [p.emitter.gather_pieces(p.to(source, layout), axis, dim_axes, s_out, pieces)]
+
+    return dataclasses.replace(plan, required=[None] * len(op.operands), detail=emit)
+
 
 def _reverse_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     shape = shape_of(op.results[0])

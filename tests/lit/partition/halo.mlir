@@ -203,15 +203,16 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
 // the same way (the top-k of a sort): device 1's column lies in device 0's
 // shard, 7 columns left of its own, where a halo would bring the whole
 // shard.  Each window's pieces come from the shards that hold them: one
-// collective_permute of one column (the piece device q+1 needs, cut by
-// device q at a per-device offset: table [1, 0, 0, 0]).
+// collective_permute of one column, from device 0 (cut at a per-device
+// offset: table [1, 0, 0, 0]) to device 1, the only one that needs it
+// (devices 2 and 3 hold padding).
 
 // CHECK-LABEL: func.func public @main
 // CHECK-NOT: all_gather
 // CHECK: %[[CUTS:.*]] = stablehlo.constant dense<[1, 0, 0, 0]> : tensor<4xi32>
 // CHECK: %[[PIECE:.*]] = stablehlo.dynamic_slice %{{.*}}, %{{.*}}, %{{.*}}, sizes = [2, 1]
 // CHECK-NEXT: %[[MOVED:.*]] = "stablehlo.collective_permute"(%[[PIECE]])
-// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 1], [1, 2], [2, 3]]>
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 1]]>
 // CHECK-SAME: (tensor<2x1xf32>) -> tensor<2x1xf32>
 // CHECK-NOT: collective_permute
 // CHECK-NOT: all_gather
@@ -276,5 +277,31 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     %1 = stablehlo.custom_call @Sharding(%0) {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<8xf32>) -> tensor<8xf32>
     %2 = stablehlo.slice %1 [4:8] {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<8xf32>) -> tensor<4xf32>
     return %2 : tensor<4xf32>
+  }
+}
+
+// -----
+
+// A rotation right by 2 of 20 elements split 4 ways (5 a device): each
+// device's block is its left neighbour's last 2 elements (device 0's from
+// device 3) and its own first 3, cut straight from the argument.  One
+// collective_permute carries the 2-element pieces around the ring; the
+// slices' own halos are never made.
+
+// CHECK-LABEL: func.func public @main(%arg0: tensor<20xf32>
+// CHECK: (%[[A:arg[0-9]+]]: tensor<5xf32>) {
+// CHECK-NOT: collective_permute
+// CHECK: %[[PIECE:.*]] = stablehlo.dynamic_slice %[[A]], %{{.*}}, sizes = [2] : (tensor<5xf32>, tensor<i32>) -> tensor<2xf32>
+// CHECK-NEXT: %[[SENT:.*]] = "stablehlo.collective_permute"(%[[PIECE]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}3, 0], [0, 1], [1, 2], [2, 3]]>
+// CHECK-NOT: collective_permute
+// CHECK: sdy.return
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @rotate(%a: tensor<20xf32> {mhlo.sharding = "{devices=[4]<=[4]}"})
+      -> (tensor<20xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}) {
+    %0 = stablehlo.slice %a [18:20] {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<20xf32>) -> tensor<2xf32>
+    %1 = stablehlo.slice %a [0:18] {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<20xf32>) -> tensor<18xf32>
+    %2 = stablehlo.concatenate %0, %1, dim = 0 {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<2xf32>, tensor<18xf32>) -> tensor<20xf32>
+    return %2 : tensor<20xf32>
   }
 }

@@ -416,3 +416,22 @@ def test_a_slice_of_a_pad_exchanges_one_window(pad, cut):
         lambda x: jax.lax.pad(x, 2.0, [(*pad, 0), (0, 0, 0)])[cut], (_random(16, 4),), "x=4",
         [(r"^x$", ("x", None)), (r"^result$", ("x", None))])
     assert counts == {**dict.fromkeys(COLLECTIVES, 0), "collective_permute": 1}
+
+
+@pytest.mark.parametrize("n, shift", [(12, 2), (6, 2), (10, 6), (16, 5), (9, 1)])
+def test_a_rotation_moves_pieces_straight_from_the_source(n, shift):
+    # XLA's MergedSliceThenConcatRotateRight*: the last `shift` rows put
+    # before the rest.  Each device's block is one or two pieces of x's
+    # shards, which go in as few collective_permutes as the pieces allow
+    # (one for an even rotation); the slices' own halos are never made.
+    def rotate(x):
+        return jax.lax.concatenate([jax.lax.slice_in_dim(x, n - shift, n),
+                                    jax.lax.slice_in_dim(x, 0, n - shift)], 0)
+
+    partitioned, counts = _compare(rotate, (_random(n, 4),), "x=4",
+                                   [(r"^x$", ("x", None)), (r"^result$", ("x", None))])
+    assert counts == {**dict.fromkeys(COLLECTIVES, 0), "collective_permute": counts[
+        "collective_permute"]}
+    assert 1 <= counts["collective_permute"] <= 2
+    if n % 4 == 0 and shift < n // 4:
+        assert counts["collective_permute"] == 1
