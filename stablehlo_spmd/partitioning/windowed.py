@@ -612,42 +612,58 @@ windowed_strategy("stablehlo.concatenate", _concatenate_plan)
 
 
 def _slices_of_one_source(op: ir.Operation, axis: int):
-    """(x, [(start, limit)] per operand) when every operand is one tensor x
-    or a unit-stride slice of it along `axis` alone; else None."""
-    source, ranges = None, []
+    """(x, spans, fill) when every operand is one tensor x, a unit-stride
+    slice of it along `axis` alone, or an interior-free pad of it along
+    `axis` alone (all pads with one padding value, `fill`; None when there
+    is no pad); else None.  Each span is ``(start, limit, lead, length)``:
+    ``x[start:limit]`` at `lead` of an operand `length` long, the rest of
+    it padding."""
+    source, spans, fill = None, [], None
     for value in op.operands:
         owner = producer(value)
+        length = shape_of(value)[axis]
         if owner is not None and owner.name == "stablehlo.slice":
             starts, limits, strides = _slice_attributes(owner)
             whole = shape_of(owner.operands[0])
             if any(stride != 1 for stride in strides) or any(
                     (starts[d], limits[d]) != (0, whole[d]) for d in range(len(whole)) if d != axis):
                 return None
-            value, span = owner.operands[0], (starts[axis], limits[axis])
+            value, span = owner.operands[0], (starts[axis], limits[axis], 0, length)
+        elif owner is not None and owner.name == "stablehlo.pad":
+            low = int_array(owner.attributes["edge_padding_low"])
+            high = int_array(owner.attributes["edge_padding_high"])
+            if any(int_array(owner.attributes["interior_padding"])) or any(
+                    (low[d], high[d]) != (0, 0) for d in range(len(low)) if d != axis) or \
+                    (fill is not None and owner.operands[1] != fill):
+                return None
+            value, fill = owner.operands[0], owner.operands[1]
+            n = shape_of(value)[axis]
+            span = (max(0, -low[axis]), n - max(0, -high[axis]), max(0, low[axis]), length)
         else:
-            span = (0, shape_of(value)[axis])
+            span = (0, length, 0, length)
         if source is None:
             source = value
         elif value != source:
             return None
-        ranges.append(span)
-    return source, ranges
+        spans.append(span)
+    return source, spans, fill
 
 
 def _source_pieces(spans, count: int, s_x: int, s_out: int, total: int) -> list[Piece]:
     """The pieces of x that make each device's block of `s_out` (of `total`)
-    when x's ranges ``[start, limit)`` in `spans` are laid side by side; x is
-    split in shards of `s_x` over `count` devices."""
+    when the operands of `spans` (`_slices_of_one_source`) are laid side by
+    side; x is split in shards of `s_x` over `count` devices."""
     pieces, placed = [], 0
-    for start, limit in spans:
+    for start, limit, lead, length in spans:
+        at = placed + lead  # where x[start] lands
         for q in range(count):
-            low, high = max(placed, q * s_out), min(placed + limit - start, (q + 1) * s_out, total)
-            first, last = low - placed + start, high - placed + start  # in x
+            low, high = max(at, q * s_out), min(at + limit - start, (q + 1) * s_out, total)
+            first, last = low - at + start, high - at + start  # in x
             for r in range(first // s_x, -(-last // s_x)) if high > low else ():
                 begin, end = max(first, r * s_x), min(last, (r + 1) * s_x)
                 pieces.append(Piece(r, q, begin - r * s_x, begin - first + low - q * s_out,
                                     end - begin))
-        placed += limit - start
+        placed += length
     return pieces
 
 
@@ -657,8 +673,8 @@ def _received(pieces: list[Piece]) -> int:
 
 
 def _pieces_plan(p: Partitioner, op: ir.Operation, plan: Plan, axis: int) -> Plan | None:
-    """A concatenation of slices of one tensor x (a rotation, a wrap-around
-    padding): each device's block is pieces of x's shards, sent straight from
+    """A concatenation of slices or pads of one tensor x (a rotation, a
+    wrap-around padding): each device's block is pieces of x's shards, sent straight from
     x (`Emitter.gather_pieces`), as few collective_permutes as the pieces
     allow, as XLA's partitioner turns such a concatenation into one cyclic
     shift.  Taken where it moves no more than the halos of the
@@ -667,7 +683,7 @@ def _pieces_plan(p: Partitioner, op: ir.Operation, plan: Plan, axis: int) -> Pla
     layout = plan.produced[0]
     if found is None or layout.unreduced:
         return None
-    source, spans = found
+    source, spans, fill = found
     current = p.shardings.get(source)
     if current is None or current.unreduced:
         return None
@@ -680,16 +696,18 @@ def _pieces_plan(p: Partitioner, op: ir.Operation, plan: Plan, axis: int) -> Pla
     moved = _received(pieces) * row + (reshard_bytes(current, layout, source)
                                        if current != layout else 0.0)
     before = _moved_bytes(p, op, plan)
-    for value, (start, limit) in zip(op.operands, spans):
-        if value != source and len(list(value.uses)) == 1:  # the slice's own halo goes too
-            before += _received(_source_pieces([(start, limit)], count, s_x,
-                                               _shard(p, limit - start, dim_axes),
-                                               limit - start)) * row
+    for value, span in zip(op.operands, spans):
+        if value != source and len(list(value.uses)) == 1:  # the operand's own halo goes too
+            length = span[3]
+            before += _received(_source_pieces([span], count, s_x, _shard(p, length, dim_axes),
+                                               length)) * row
     if moved > before:
         return None
 
     def emit(operands):
-        return [p.emitter.gather_pieces(p.to(source, layout), axis, dim_axes, s_out, pieces)]
+        padding = None if fill is None else p.to(fill, Sharding.replicated(p.mesh, 0))
+        return [p.emitter.gather_pieces(p.to(source, layout), axis, dim_axes, s_out, pieces,
+                                        padding)]
 
     return dataclasses.replace(plan, required=[None] * len(op.operands), detail=emit)
 

@@ -435,3 +435,25 @@ def test_a_rotation_moves_pieces_straight_from_the_source(n, shift):
     assert 1 <= counts["collective_permute"] <= 2
     if n % 4 == 0 and shift < n // 4:
         assert counts["collective_permute"] == 1
+
+
+def _shift_left_with_wrap(x):
+    # XLA's CollectivePermuteSimplifyIdentity: pad by one on each side, then
+    # the last 16 columns of the pad and its first 2, side by side.
+    padded = jax.lax.pad(x, 3.0, [(0, 0, 0), (1, 1, 0)])
+    return jax.lax.concatenate([padded[:, 2:18], padded[:, 0:2]], 1)
+
+
+def _circular_pad(x):
+    return jax.lax.concatenate([x[-1:], x, x[:1]], 0)
+
+
+@pytest.mark.parametrize("fn, shape, spec", [
+    (_shift_left_with_wrap, (3, 16), (None, "x")),
+    (_circular_pad, (16, 4), ("x", None)),
+])
+def test_pieces_of_one_source_keep_its_padding_and_gather_nothing(fn, shape, spec):
+    _, counts = _compare(fn, (_random(*shape),), "x=4",
+                         [(r"^x$", spec), (r"^result$", spec)])
+    assert counts["all_gather"] == 0 and counts["all_to_all"] == 0
+    assert 1 <= counts["collective_permute"] <= 2
