@@ -6,8 +6,8 @@ the sharding constraints that only say where a value should live.
   along the counting dim: nothing is built whole, nothing moves.
 * Any other constant is built whole on every device and sliced to the
   result's sharding (the driver's `settle`).
-* ``custom_call @Sharding`` (a constraint) forwards its operand as it is
-  and lets `settle` move it to the constrained sharding: this is where a
+* ``custom_call @Sharding`` (a constraint) moves its operand to the
+  constrained sharding (`Partitioner.to`) and forwards it: this is where a
   marked reshard's all-reduce or reduce-scatter is emitted.
 
 Custom calls share one entry in the strategy table: besides constraints,
@@ -88,8 +88,18 @@ def _local_iota(p: Partitioner, op: ir.Operation, layout: Sharding) -> ir.Value:
 
 
 def _constraint_plan(p: Partitioner, op: ir.Operation) -> Plan:
+    """The operand moved to the constrained sharding (less any partial axes
+    it does not pend), so the move goes through `Partitioner.to`: a value
+    made from constants is made again there, and a move made once is
+    reused."""
     source = p.shardings.get(op.operands[0])
-    return Plan(p.result_shardings(op)[:1], [source], [source])
+    wanted = p.result_shardings(op)[:1]
+    if source is None:
+        return Plan(wanted, [source], [source])
+    target = wanted[0]
+    if not set(target.unreduced) <= set(source.unreduced):
+        target = target.reduced()
+    return Plan(wanted, [target], [target])
 
 
 def _emit_constraint(p: Partitioner, op: ir.Operation, plan: Plan, operands):
