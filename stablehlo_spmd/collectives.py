@@ -560,6 +560,8 @@ class Emitter:
             value = self._halo_slice(value, step, shape[step.dim], global_shape[step.dim])
         elif step.kind == "gather_by_sum":
             value = self._gather_by_sum(value, step, global_shape[step.dim])
+        elif step.kind == "to_owner":
+            pass  # every device holds the whole value; the owner's copy is the value's
         elif step.kind == "halo_gather":
             value = self._halo_gather(value, step, shape[step.dim], global_shape[step.dim])
         elif step.kind == "all_gather":

@@ -49,7 +49,8 @@ all_gather (q-1)B = T(q-1)/q;  slice 0;  all_to_all B(q-1)/q = T(q-1)/q²;
 all_reduce 2B(q-1)/q;  reduce_scatter B(q-1)/q;  collective_permute B = T/q;
 gather_by_sum 2W(q-1)/q (W: the bytes once the dim is whole);  halo_slice:
 the elements received (the widest piece from each distance) at B's bytes per
-element along the dim;  halo_gather: an all_gather, then its halo the same way.
+element along the dim;  halo_gather: an all_gather, then its halo the same way;
+to_owner 0 (to and from one device: `_owner_plan`).
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ from stablehlo_spmd.sharding import Sharding
 
 DEFAULT_WARN_BYTES = 64 * 2**20
 
-STEP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "gather_by_sum", "all_to_all",
-              "slice", "halo_slice", "halo_gather", "collective_permute")
+STEP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "gather_by_sum", "to_owner",
+              "all_to_all", "slice", "halo_slice", "halo_gather", "collective_permute")
 
 
 class ReshardError(ShardingError):
@@ -91,7 +92,8 @@ class Step:
     `reduction` is "sum", "max" or "min" for all_reduce and reduce_scatter,
     "" otherwise.  `pairs` are the (source, target) device ids of a
     collective_permute, every device included (a device keeping its block
-    is paired with itself).  `replicates_fully` marks a step whose result, an
+    is paired with itself).  `device` is the device a `to_owner` step hands
+    a whole value to (`{maximal device=k}`; every device keeps it).  `replicates_fully` marks a step whose result, an
     intermediate of the plan, is the whole tensor on every device and larger
     than the plan's `warn_bytes`.  `result` is the layout after the step; it
     is not part of equality, so tests can spell expected plans without it.
@@ -105,6 +107,7 @@ class Step:
     bytes_per_device: float = 0.0
     replicates_fully: bool = False
     pairs: tuple[tuple[int, int], ...] = ()
+    device: int | None = None
     result: Sharding | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
@@ -119,7 +122,28 @@ def plan(source: Sharding, target: Sharding, shape: Sequence[int], element_bytes
     """
     shape = tuple(int(n) for n in shape)
     _check_plannable(source, target, shape)
+    if source.is_maximal or target.is_maximal:
+        return _owner_plan(source, target, shape, int(element_bytes), float(warn_bytes))
     return list(_plan_cached(source, target, shape, int(element_bytes), float(warn_bytes)))
+
+
+def _owner_plan(source: Sharding, target: Sharding, shape: tuple[int, ...],
+                element_bytes: int, warn_bytes: float) -> list[Step]:
+    """Plans to or from one device (`{maximal device=k}`).  A value wanted
+    on one device is made whole (replicated) and handed to it; the handing
+    moves nothing, since every device then holds it whole, and every op of
+    one owner runs on every device of the one SPMD body
+    (`partitioning.strategy.ON_OWNER`).  So a value on one device is whole
+    everywhere, and leaving it is as from a replicated value (XLA, where
+    only the owner holds it, broadcasts it from there)."""
+    if source == target:
+        return []
+    replicated = Sharding.replicated(source.mesh, len(shape))
+    steps = [] if source.is_maximal else plan(source, replicated, shape, element_bytes,
+                                               warn_bytes)
+    if target.is_maximal:
+        return steps + [Step("to_owner", device=target.maximal_device, result=target)]
+    return steps + plan(replicated, target, shape, element_bytes, warn_bytes)
 
 
 def plan_cost(steps: Iterable[Step]) -> float:
@@ -171,9 +195,6 @@ def _check_plannable(source: Sharding, target: Sharding, shape: tuple[int, ...])
     if source.rank != len(shape) or target.rank != len(shape):
         raise ReshardError(f"shardings of rank {source.rank} and {target.rank} do not fit "
                            f"shape {list(shape)}")
-    if source.is_maximal or target.is_maximal:
-        if source != target:
-            raise ReshardError("the planner does not move tensors to or from a single device")
     if source.manual != target.manual:
         raise ReshardError(f"manual axes differ ({list(source.manual)} vs {list(target.manual)})")
     extra = [a for a in target.unreduced if a not in source.unreduced]

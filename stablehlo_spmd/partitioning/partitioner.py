@@ -44,7 +44,8 @@ from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions, read_hlo)
 from stablehlo_spmd.partitioning.skeleton import skeleton as make_skeleton
-from stablehlo_spmd.partitioning.strategy import REPLICATED, RULE_DRIVEN, STRATEGIES, Plan
+from stablehlo_spmd.partitioning.strategy import (
+    ON_OWNER, REPLICATED, RULE_DRIVEN, STRATEGIES, Plan)
 from stablehlo_spmd.reshard import plan as plan_reshard, plan_cost
 from stablehlo_spmd.shapes import element_bytes, local_type, shape_of, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
@@ -130,8 +131,13 @@ class Partitioner:
                     self.settle(old, wanted)
 
     def choose(self, op: ir.Operation):
-        """`op`'s strategy and its plan: the op's own, else the rule-driven
-        default, else the replicated one."""
+        """`op`'s strategy and its plan: on its results' one owner device
+        where they have one (ops whose own strategy knows better aside), else
+        the op's own, else the rule-driven default, else the replicated one."""
+        if op.name not in _OWNS_ITS_PLACEMENT:
+            plan = ON_OWNER.plan(self, op)
+            if plan is not None:
+                return ON_OWNER, plan
         strategy = STRATEGIES.get(op.name)
         plan = strategy.plan(self, op) if strategy is not None else None
         if plan is None:
@@ -166,6 +172,11 @@ class Partitioner:
             return None
         if sharding.unreduced:  # a function boundary carries full values
             sharding = sharding.reduced()
+        if sharding.is_maximal:
+            # A value on one device crosses the boundary whole on every
+            # device (the same global value; the frame's mesh has no
+            # single-device form), and is handed to its owner inside.
+            sharding = Sharding.replicated(self.mesh, value.rank or 0)
         return sharding
 
     def bind(self, old: ir.Value, new: ir.Value, sharding: Sharding | None) -> None:
@@ -402,6 +413,13 @@ class Partitioner:
                         self.to(v, s) if shape_of(v) is not None else self.local[v]
                         for v, s in zip(terminator.operands, targets)])
 
+
+# Ops whose own strategy places them even on one device: constraints move
+# their operand, control flow ties its regions, constants are made in place.
+_OWNS_ITS_PLACEMENT = frozenset({
+    "stablehlo.custom_call", "stablehlo.while", "stablehlo.if", "stablehlo.case", "func.call",
+    "stablehlo.constant", "stablehlo.iota",
+})
 
 # Ops made again, rather than moved, when everything they read is made from
 # constants (`Partitioner._rebuild_plan`): cheap, region-free, one result.

@@ -400,3 +400,24 @@ def _emit_replicated(p: "Partitioner", op: ir.Operation, plan: Plan, operands):
 
 # Any op, correctly: gather the operands, run it whole, slice the results.
 REPLICATED = Strategy(_replicated_plan, _emit_replicated, local=True)
+
+
+def _on_owner_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
+    """An op whose results all live on one device (``{maximal device=k}``)
+    runs there, as in XLA: its operands are handed to that device whole and
+    it runs on whole values.  (The SPMD program has one body, so every
+    device runs it; only the owner's results are the values.)  None where
+    the results do not share one owner."""
+    wanted = p.result_shardings(op)
+    owners = {s.maximal_device for s in wanted}
+    if not wanted or len(owners) != 1 or None in owners:
+        return None
+    owner = owners.pop()
+
+    def owned(value):
+        shape = shape_of(value)
+        return None if shape is None else Sharding.maximal(p.mesh, owner, len(shape))
+    return Plan(wanted, [owned(v) for v in op.operands], [owned(r) for r in op.results])
+
+
+ON_OWNER = Strategy(_on_owner_plan, _emit_replicated, local=True)

@@ -439,3 +439,19 @@ def test_permute_keeps_partials_apart(reduction, seed):
     rng = np.random.default_rng(0)
     steps = check_plan(source, target, rng.integers(-9, 9, (6, 3)), rng)
     assert [s.kind for s in steps] == ["collective_permute"]
+
+
+def test_a_value_on_one_device_is_whole_everywhere_so_leaving_it_is_a_slice():
+    # Every device holds a {maximal device=2} value whole (its ops run on
+    # every device of the one SPMD body), so rows over x are a local slice.
+    owned = Sharding.maximal(MESH, 2, 2)
+    assert exact(owned, S(("x",), ())) == [Step("slice", ("x",), dim=0)]
+    assert exact(owned, S((), ())) == [] and exact(owned, owned) == []
+    assert exact(owned, Sharding.maximal(MESH, 3, 2)) == [Step("to_owner", device=3)]
+
+
+def test_a_value_wanted_on_one_device_is_gathered_and_handed_to_it():
+    # Gathered whole as for a replicated target, then handed over for free.
+    steps = exact(S(("x",), ("y",)), Sharding.maximal(MESH, 5, 2))
+    assert steps[:-1] == exact(S(("x",), ("y",)), S((), ())) and len(steps) >= 2
+    assert steps[-1] == Step("to_owner", device=5)

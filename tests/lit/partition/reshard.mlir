@@ -276,3 +276,28 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %1 : tensor<8x8xf32>
   }
 }
+
+// -----
+
+// A value pinned to device 2 ({maximal device=2}) between two row splits:
+// its rows are gathered and handed to device 2, and the exponential runs on
+// the whole value there.  Every device runs that one body, so every device
+// holds the result whole and keeps its rows: nothing moves back.
+
+// CHECK-LABEL: // -----
+// CHECK: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<2x4xf32>) {
+// CHECK-NEXT: %[[W:.*]] = "stablehlo.all_gather"(%[[A]]) {{.*}} : (tensor<2x4xf32>) -> tensor<8x4xf32>
+// CHECK-NEXT: %[[E:.*]] = stablehlo.exponential %[[W]] : tensor<8x4xf32>
+// CHECK-NOT: stablehlo.all_reduce
+// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[E]], %{{.*}}, %{{.*}}, sizes = [2, 4]
+// CHECK-NEXT: sdy.return %[[MINE]] : tensor<2x4xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @on_one_device(%a: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+    %0 = stablehlo.custom_call @Sharding(%a) {mhlo.sharding = "{maximal device=2}"} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+    %1 = stablehlo.exponential %0 {mhlo.sharding = "{maximal device=2}"} : tensor<8x4xf32>
+    %2 = stablehlo.custom_call @Sharding(%1) {mhlo.sharding = "{devices=[4,1]<=[4]}"} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+    return %2 : tensor<8x4xf32>
+  }
+}

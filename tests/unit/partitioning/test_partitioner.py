@@ -346,3 +346,33 @@ def test_a_move_is_reused_where_it_dominates_and_made_again_where_not():
     partitioned, counts = _run_and_compare(_lit_case("partition/reshard.mlir", "moved_in_a_loop"),
                                            "spmd-propagate,spmd-partition", [(8, 8), (8, 8)])
     assert counts["all_to_all"] == 2 and counts["all_gather"] == 0
+
+
+def test_a_value_on_one_device_runs_there_and_comes_back():
+    # The lit case: rows gathered to device 2, exp there, rows kept after.
+    _, counts = _run_and_compare(_lit_case("partition/reshard.mlir", "on_one_device"),
+                                 "spmd-propagate,spmd-partition", [(8, 4)])
+    assert counts["all_gather"] == 1 and sum(counts.values()) == 1
+
+
+ON_ONE_DEVICE_AT_THE_BOUNDARY = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @main(%a: tensor<8x4xf32> {mhlo.sharding = "{maximal device=1}"},
+                  %b: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+      -> (tensor<8x4xf32> {mhlo.sharding = "{maximal device=3}"}) {
+    %0 = stablehlo.add %a, %b {mhlo.sharding = "{devices=[4,1]<=[4]}"} : tensor<8x4xf32>
+    return %0 : tensor<8x4xf32>
+  }
+}
+"""
+
+
+def test_values_on_one_device_cross_the_function_boundary_whole():
+    # XLA's SingleDeviceToSingleDevice family: an argument on device 1 and a
+    # result on device 3 cross the boundary whole on every device (the frame
+    # has no single-device form); inside, the argument is sliced to rows for
+    # free and the sum is gathered to hand it to device 3.
+    partitioned, counts = _run_and_compare(ON_ONE_DEVICE_AT_THE_BOUNDARY,
+                                           "spmd-propagate,spmd-partition", [(8, 4), (8, 4)])
+    assert "maximal_mesh" not in partitioned
+    assert counts["all_gather"] == 1 and sum(counts.values()) == 1
