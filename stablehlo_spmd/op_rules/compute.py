@@ -1,6 +1,6 @@
 """Contractions and reductions: dot_general (and the legacy dot) and reduce,
-and the linear-algebra ops that solve or factor whole matrices per batch
-(triangular_solve, cholesky).
+and the ops that transform whole matrices or signals per batch
+(triangular_solve, cholesky, fft).
 
 Their REDUCTION factors are where partial (unreduced) values are born: a
 sharded contracting or reduced dimension leaves each device a partial result
@@ -166,4 +166,24 @@ def _cholesky(op: ir.Operation):
     for dim in range(rank):
         kind = FactorKind.PASS_THROUGH if dim < rank - 2 else FactorKind.NEED_REPLICATION
         builder.factor(shape[dim], kind, [dim], [dim])
+    return builder.build(keeps_attributes=True)
+
+
+@register("stablehlo.fft")
+def _fft(op: ir.Operation):
+    """The transform runs over the last ``len(fft_length)`` dims, which need
+    every element (a real transform changes the last one's size, so operand
+    and result get a factor each there); the leading dims are batch and
+    pass through split."""
+    shape, result_shape = shape_of(op.operands[0]), shape_of(op.results[0])
+    if shape is None or result_shape is None or len(shape) != len(result_shape):
+        return None
+    rank, count = len(shape), len(int_array(op.attributes["fft_length"]))
+    builder = RuleBuilder([rank], [rank])
+    for dim in range(rank):
+        if dim < rank - count:
+            builder.factor(shape[dim], FactorKind.PASS_THROUGH, [dim], [dim])
+        else:
+            builder.factor(shape[dim], FactorKind.NEED_REPLICATION, [dim], [None])
+            builder.factor(result_shape[dim], FactorKind.NEED_REPLICATION, [None], [dim])
     return builder.build(keeps_attributes=True)

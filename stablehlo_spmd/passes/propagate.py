@@ -95,6 +95,8 @@ class _Graph:
         self.nodes: list[Node] = []
         self.node_ops: list[ir.Operation | None] = []
         self.pins: list[tuple[int, Sharding, str]] = []
+        # Ops with no rule, with their results' ids: written replicated.
+        self.unruled: list[tuple[ir.Operation, list[int]]] = []
         self.result_slots: list[tuple[ShardedValue, int, bool]] = []  # (result, value id, annotated)
         self.return_ops: dict[int, tuple[ir.Operation, list[int]]] = {}
         self.mesh = mesh
@@ -293,12 +295,13 @@ class _Graph:
     def _replicate_unknown(self, op: ir.Operation) -> None:
         diagnostics.warning(op.location, f"no sharding rule for '{op.name}': its results are "
                             "replicated and its operands will be gathered")
-        for result in op.results:
-            index = self.ids.get(result, NO_VALUE)
+        indices = [self.ids.get(result, NO_VALUE) for result in op.results]
+        for index in indices:
             if index != NO_VALUE:
                 rank = len(self.shapes[index])
                 self.pins.append((index, Sharding.replicated(self.mesh, rank),
                                   f"the fallback for '{op.name}', which has no rule"))
+        self.unruled.append((op, indices))
 
     def _add_tie(self, a: int, b: int, op: ir.Operation | None) -> None:
         if a == NO_VALUE or b == NO_VALUE or self.shapes[a] != self.shapes[b]:
@@ -328,6 +331,10 @@ class _Graph:
             if is_sharding_constraint(op) or MHLO_SHARDING in op.attributes:
                 continue
             op.attributes[MHLO_SHARDING] = self._result_attr(node.results, context)
+        # Every value has a sharding: an op with no rule, its pinned replicated.
+        for op, indices in self.unruled:
+            if op.results and MHLO_SHARDING not in op.attributes:
+                op.attributes[MHLO_SHARDING] = self._result_attr(indices, context)
         for op in self._tie_ops():  # while, if, case, call: no rule node of their own
             if op.results and MHLO_SHARDING not in op.attributes:
                 results = [self.ids.get(r, NO_VALUE) for r in op.results]

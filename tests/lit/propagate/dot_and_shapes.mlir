@@ -120,3 +120,21 @@ module attributes {spmd.mesh = #sdy.mesh<["data"=4]>} {
     return %2 : tensor<8x32xf32>
   }
 }
+
+// -----
+
+// Every value has a sharding: an op with no rule gets the replicated one it
+// runs with (and a warning, checked in diagnostics.mlir).  An fft keeps its
+// batch dims split; the transformed dim, whose size a real transform
+// changes, is whole.
+
+// CHECK-LABEL: func.func @unruled_and_fft
+// CHECK: %[[K:.*]] = stablehlo.custom_call @my_kernel(%{{.*}}) {mhlo.sharding = "{replicated}"}
+// CHECK: %[[F:.*]] = stablehlo.fft %{{.*}}, type = RFFT, length = [16] {mhlo.sharding = "{devices=[4,1,1]<=[4]}"}
+func.func @unruled_and_fft(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                           %s: tensor<8x6x16xf32> {mhlo.sharding = "{devices=[4,1,1]<=[4]}"})
+    -> (tensor<8x8xf32>, tensor<8x6x9xcomplex<f32>>) {
+  %0 = stablehlo.custom_call @my_kernel(%x) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  %1 = stablehlo.fft %s, type = RFFT, length = [16] : (tensor<8x6x16xf32>) -> tensor<8x6x9xcomplex<f32>>
+  return %0, %1 : tensor<8x8xf32>, tensor<8x6x9xcomplex<f32>>
+}

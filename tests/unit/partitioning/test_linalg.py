@@ -1,6 +1,6 @@
-"""Batched linear algebra (triangular_solve, cholesky) partitioned and
+"""Batched linear algebra (triangular_solve, cholesky) and fft partitioned and
 checked against one device: the batch dims, and a triangular solve's
-right-hand sides, stay split; only each matrix is gathered whole."""
+right-hand sides, stay split; only each matrix or signal is gathered whole."""
 
 import re
 
@@ -77,3 +77,24 @@ def test_cholesky_runs_each_batch_where_it_is():
     want, = ss.run_single_device(CHOLESKY, [a])
     np.testing.assert_allclose(np.tril(np.asarray(got)), np.tril(np.asarray(want)), rtol=1e-5,
                                atol=1e-5)
+
+
+FFT = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @main(%a: tensor<8x6x16xf32> {mhlo.sharding = "{devices=[4,1,1]<=[4]}"})
+      -> (tensor<8x6x9xcomplex<f32>> {mhlo.sharding = "{devices=[4,1,1]<=[4]}"}) {
+    %0 = stablehlo.fft %a, type = RFFT, length = [16] : (tensor<8x6x16xf32>) -> tensor<8x6x9xcomplex<f32>>
+    return %0 : tensor<8x6x9xcomplex<f32>>
+  }
+}
+"""
+
+
+def test_an_fft_transforms_each_batch_where_it_is():
+    a = np.random.default_rng(4).standard_normal((8, 6, 16)).astype(np.float32)
+    partitioned = ss.run_passes(FFT, "spmd-propagate,spmd-partition")
+    assert "all_gather" not in partitioned and "all_to_all" not in partitioned
+    assert "-> tensor<2x6x9xcomplex<f32>>" in partitioned
+    got, = ss.run(partitioned, [a])
+    want, = ss.run_single_device(FFT, [a])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-4)
