@@ -34,6 +34,10 @@ from stablehlo_spmd.sharding import Sharding
 from stablehlo_spmd.tile_axes import infer_mesh
 
 MHLO_SHARDING = "mhlo.sharding"
+# The open dims (Shardy's ``{?}``) of a function argument's or result's
+# sharding, "0,2": XLA's sharding text has no open dims, so the import keeps
+# them beside it for spmd-propagate, which may split them further.
+OPEN_DIMS = "spmd.open_dims"
 SDY_SHARDING = "sdy.sharding"
 NUM_PARTITIONS = "mhlo.num_partitions"
 MESH_ATTR = "spmd.mesh"
@@ -395,10 +399,13 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
         attr = value.get(SDY_SHARDING)
         if value.kind == "op":
             per_value = sdy.TensorShardingPerValueAttr(attr)
-            converted = [_from_sdy(s, meshes, mesh, value) for s in per_value.shardings]
+            converted = [_from_sdy(s, meshes, mesh, value)[0] for s in per_value.shardings]
             hlo = converted[0] if len(converted) == 1 else HloSharding.tuple_of(converted)
         else:
-            hlo = _from_sdy(attr, meshes, mesh, value)
+            hlo, open_dims = _from_sdy(attr, meshes, mesh, value)
+            if open_dims:
+                updates.append((value, OPEN_DIMS, ir.StringAttr.get(
+                    ",".join(str(d) for d in sorted(open_dims)), module.context)))
         updates.append((value, MHLO_SHARDING, sharding_attr(hlo, module.context)))
         updates.append((value, SDY_SHARDING, None))
     set_attrs(updates)
@@ -488,7 +495,9 @@ def _mesh_or_device(attr: ir.Attribute) -> Mesh | int:
 
 
 def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int], mesh: Mesh | None,
-              value: ShardedValue) -> HloSharding:
+              value: ShardedValue) -> tuple[HloSharding, frozenset[int]]:
+    """The sharding as XLA's text, and its open dims (``{?}``, which that
+    text cannot say)."""
     sharding = sdy.TensorShardingAttr(attr)
     ref = sharding.mesh_or_ref
     if isinstance(ref, ir.FlatSymbolRefAttr):
@@ -498,7 +507,7 @@ def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int], mesh: Mesh | No
     else:
         target = _mesh_or_device(ref)
     if isinstance(target, int):
-        return HloSharding.maximal(target)
+        return HloSharding.maximal(target), frozenset()
     dim_axes, open_dims = [], []
     for dim, dim_attr in enumerate(sharding.dimension_shardings):
         dimension = sdy.DimensionShardingAttr(dim_attr)
@@ -511,7 +520,7 @@ def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int], mesh: Mesh | No
                                  open_dims=frozenset(open_dims))
     except ShardingError as error:
         raise _located(value, error.message) from None
-    return axis_sharding.to_hlo()
+    return axis_sharding.to_hlo(), axis_sharding.open_dims
 
 
 def _axis_name(attr: ir.Attribute, value: ShardedValue) -> str:
@@ -523,7 +532,7 @@ def _axis_name(attr: ir.Attribute, value: ShardedValue) -> str:
 
 def _replace_constraint(op: ir.Operation, meshes, mesh) -> None:
     value = ShardedValue("op", op, 0, None, op.location, op.results[0].type)
-    hlo = _from_sdy(op.attributes["sharding"], meshes, mesh, value)
+    hlo, _ = _from_sdy(op.attributes["sharding"], meshes, mesh, value)
     with ir.InsertionPoint(op), op.location:
         call = stablehlo.CustomCallOp([op.results[0].type], [op.operands[0]], SHARDING_TARGET)
         call.operation.attributes[MHLO_SHARDING] = sharding_attr(hlo, op.context)

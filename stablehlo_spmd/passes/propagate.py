@@ -34,7 +34,7 @@ from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MHLO_SHARDING, SHARDING_TARGET, ShardedValue, function_values, functions, import_shardy,
+    MHLO_SHARDING, OPEN_DIMS, SHARDING_TARGET, ShardedValue, function_values, functions, import_shardy,
     is_sharding_constraint, module_mesh, read_hlo, set_attrs, sharding_attr, untuple_custom_calls,
     write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
@@ -95,6 +95,7 @@ class _Graph:
         self.nodes: list[Node] = []
         self.node_ops: list[ir.Operation | None] = []
         self.pins: list[tuple[int, Sharding, str]] = []
+        self.refined: set[int] = set()  # pinned values with open dims: written as solved
         # Ops with no rule, with their results' ids: written replicated.
         self.unruled: list[tuple[ir.Operation, list[int]]] = []
         self.result_slots: list[tuple[ShardedValue, int, bool]] = []  # (result, value id, annotated)
@@ -202,6 +203,11 @@ class _Graph:
         except ShardingError as error:
             diagnostics.error(value.location, f"{label}: {error.message}")
             return False
+        open_dims = value.get(OPEN_DIMS)
+        if open_dims is not None:  # Shardy's {?}: propagation may split these further
+            dims = frozenset(int(d) for d in ir.StringAttr(open_dims).value.split(",") if d)
+            sharding = dataclasses.replace(sharding, open_dims=dims & set(range(sharding.rank)))
+            self.refined.add(index)
         self.pins.append((index, sharding, f"the annotation on {label}"))
         return True
 
@@ -321,9 +327,11 @@ class _Graph:
         context = module.context
         updates = []
         for value, index, annotated in self.result_slots:
-            if not annotated:
+            if not annotated or index in self.refined:
                 sharding = solver.sharding(index).reduced()
                 updates.append((value, MHLO_SHARDING, sharding_attr(sharding, context)))
+            if value.get(OPEN_DIMS) is not None:
+                updates.append((value, OPEN_DIMS, None))
         set_attrs(updates)
         for node_index, (node, op) in enumerate(zip(self.nodes, self.node_ops)):
             if node.is_tie or op is None or not op.results:

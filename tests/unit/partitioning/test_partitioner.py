@@ -43,13 +43,13 @@ def _partition_and_compare(fn, args, mesh, rules, rtol=1e-5, atol=1e-5):
 
 def _run_and_compare(text, pipeline, shapes):
     """`text` through `pipeline`, run on random inputs of `shapes` against the
-    unpartitioned text on one device; returns the partitioned text and its
-    collective counts."""
+    unpartitioned text on one device, every result; returns the partitioned
+    text and its collective counts."""
     partitioned = ss.run_passes(text, pipeline)
     inputs = [np.asarray(_random(*shape)) for shape in shapes]
-    (got,) = ss.run(partitioned, inputs)
-    (want,) = ss.run_single_device(text, inputs)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    for got, want in zip(ss.run(partitioned, inputs), ss.run_single_device(text, inputs),
+                         strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
     counts = {kind: len(re.findall(rf'"?stablehlo\.{kind}"?\(', partitioned)) for kind in COLLECTIVES}
     return partitioned, counts
 
@@ -376,3 +376,11 @@ def test_values_on_one_device_cross_the_function_boundary_whole():
                                            "spmd-propagate,spmd-partition", [(8, 4), (8, 4)])
     assert "maximal_mesh" not in partitioned
     assert counts["all_gather"] == 1 and sum(counts.values()) == 1
+
+
+def test_open_dims_are_split_where_propagation_splits_them():
+    # Shardy's {?} argument takes its partner's split ([{"a"}, {"b"}]): the
+    # sum then runs on local blocks, and both sums match one device.
+    partitioned, counts = _run_and_compare(_lit_case("propagate/shardy_controls.mlir", "main"),
+                                           "spmd-propagate,spmd-partition", [(8, 8)] * 3)
+    assert "tensor<4x4xf32>" in partitioned and sum(counts.values()) == 0

@@ -1,0 +1,23 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate | FileCheck %s
+
+// Shardy's open dims ({?}, what jax's PartitionSpec.UNCONSTRAINED lowers
+// to) are the user's leave to split a dim further: the open argument takes
+// the split its sum partner brings, as Shardy's propagation gives it
+// ([{"a"}, {"b"}]), where a closed {} would stay whole.  The import keeps the
+// open dims beside XLA's text, which cannot say them, and drops the note
+// once propagation has written the sharding.
+
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: %arg0: tensor<8x8xf32> {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK-SAME: %arg1: tensor<8x8xf32> {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK-SAME: %arg2: tensor<8x8xf32> {mhlo.sharding = "{replicated}"}
+// CHECK-NOT: spmd.open_dims
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{?}, {?}]>},
+                %arg1: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {"b"}]>},
+                %arg2: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>})
+    -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+  %0 = stablehlo.add %arg0, %arg1 : tensor<8x8xf32>
+  %1 = stablehlo.add %arg2, %arg1 : tensor<8x8xf32>
+  return %0, %1 : tensor<8x8xf32>, tensor<8x8xf32>
+}
