@@ -411,7 +411,7 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
     set_attrs(updates)
 
     for op in _sdy_constraints(module):
-        _replace_constraint(op, meshes, mesh)
+        _replace_sdy_data_op(op, meshes, mesh)
     for op in mesh_ops:
         op.erase()
     if mesh is not None:
@@ -474,16 +474,39 @@ def all_values_with(module: ir.Operation, attr_name: str) -> Iterator[ShardedVal
     yield from _ops_with(module, attr_name)
 
 
+_SDY_DATA_OPS = ("sdy.sharding_constraint", "sdy.data_flow_edge", "sdy.constant")
+
+
 def _sdy_constraints(module: ir.Operation) -> list[ir.Operation]:
+    """Shardy's ops that only carry data: constraints, data-flow edges and
+    constants."""
     found = []
 
     def visit(op):
-        if op.name == "sdy.sharding_constraint":
+        if op.name in _SDY_DATA_OPS:
             found.append(op)
         return ir.WalkResult.ADVANCE
 
     module.walk(visit)
     return found
+
+
+def _replace_sdy_data_op(op: ir.Operation, meshes, mesh) -> None:
+    """A constraint, or a data-flow edge with a sharding, becomes XLA's
+    ``@Sharding`` constraint; an edge without one is its operand (it only
+    names where a region's value flows, which spmd-propagate ties itself);
+    ``sdy.constant`` (a constant Shardy keeps from folding) is a stablehlo
+    constant.  As Shardy's export does."""
+    if op.name == "sdy.constant":
+        with ir.InsertionPoint(op), op.location:
+            made = stablehlo.ConstantOp(op.attributes["value"])
+        op.results[0].replace_all_uses_with(made.result)
+        op.erase()
+    elif "sharding" in op.attributes:
+        _replace_constraint(op, meshes, mesh)
+    else:
+        op.results[0].replace_all_uses_with(op.operands[0])
+        op.erase()
 
 
 def _mesh_or_device(attr: ir.Attribute) -> Mesh | int:

@@ -21,3 +21,23 @@ func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{?}
   %1 = stablehlo.add %arg2, %arg1 : tensor<8x8xf32>
   return %0, %1 : tensor<8x8xf32>, tensor<8x8xf32>
 }
+
+// -----
+
+// Shardy's data-only ops: sdy.constant is a constant (Shardy keeps it from
+// folding), and a data-flow edge without a sharding is its operand.  Both
+// take the split of the values around them instead of staying replicated.
+
+// CHECK-LABEL: func.func @main
+// CHECK: %[[C:.*]] = stablehlo.constant {mhlo.sharding = "{devices=[2,2]<=[4]}"} dense<1.000000e+00>
+// CHECK-NEXT: %[[S:.*]] = stablehlo.add %arg0, %[[C]] {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK-NEXT: %[[P:.*]] = stablehlo.multiply %[[S]], %[[S]] {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK-NOT: sdy.
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {"b"}]>}) -> tensor<8x8xf32> {
+  %c = sdy.constant dense<1.0> : tensor<8x8xf32>
+  %0 = stablehlo.add %arg0, %c : tensor<8x8xf32>
+  %1 = sdy.data_flow_edge %0 : tensor<8x8xf32>
+  %2 = stablehlo.multiply %1, %1 : tensor<8x8xf32>
+  return %2 : tensor<8x8xf32>
+}

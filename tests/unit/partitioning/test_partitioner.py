@@ -384,3 +384,22 @@ def test_open_dims_are_split_where_propagation_splits_them():
     partitioned, counts = _run_and_compare(_lit_case("propagate/shardy_controls.mlir", "main"),
                                            "spmd-propagate,spmd-partition", [(8, 8)] * 3)
     assert "tensor<4x4xf32>" in partitioned and sum(counts.values()) == 0
+
+
+def test_shardy_data_only_ops_run_split():
+    # sdy.constant and an edge without a sharding take the argument's split:
+    # nothing moves, and the result matches one device.
+    text = pathlib.Path(__file__).parents[2] / "lit" / "propagate" / "shardy_controls.mlir"
+    case = [c for c in text.read_text().split("// -----") if "sdy.data_flow_edge" in c][0]
+    module = "\n".join(line for line in case.splitlines() if not line.startswith("//"))
+    partitioned = ss.run_passes(module, "spmd-propagate,spmd-partition")
+    assert "sdy.constant" not in partitioned and "sdy.data_flow_edge" not in partitioned
+    assert "tensor<4x4xf32>" in partitioned and "stablehlo.all_" not in partitioned
+    # XLA compiles no sdy op on one device: the reference is the same program
+    # in plain stablehlo.
+    reference = module.replace("sdy.constant", "stablehlo.constant").replace(
+        "%1 = sdy.data_flow_edge %0 : tensor<8x8xf32>", "").replace("multiply %1, %1",
+                                                                    "multiply %0, %0")
+    x = np.asarray(_random(8, 8))
+    (got,), (want,) = ss.run(partitioned, [x]), ss.run_single_device(reference, [x])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
