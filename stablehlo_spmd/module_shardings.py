@@ -34,9 +34,10 @@ from stablehlo_spmd.sharding import Sharding
 from stablehlo_spmd.tile_axes import infer_mesh
 
 MHLO_SHARDING = "mhlo.sharding"
-# The open dims (Shardy's ``{?}``) of a function argument's or result's
-# sharding, "0,2": XLA's sharding text has no open dims, so the import keeps
-# them beside it for spmd-propagate, which may split them further.
+# The open dims (Shardy's ``{?}``) of a function argument's, result's or
+# sharding constraint's sharding, "0,2": XLA's sharding text has no open
+# dims, so the import keeps them beside it for spmd-propagate, which may
+# split them further.
 OPEN_DIMS = "spmd.open_dims"
 SDY_SHARDING = "sdy.sharding"
 NUM_PARTITIONS = "mhlo.num_partitions"
@@ -555,9 +556,12 @@ def _axis_name(attr: ir.Attribute, value: ShardedValue) -> str:
 
 def _replace_constraint(op: ir.Operation, meshes, mesh) -> None:
     value = ShardedValue("op", op, 0, None, op.location, op.results[0].type)
-    hlo, _ = _from_sdy(op.attributes["sharding"], meshes, mesh, value)
+    hlo, open_dims = _from_sdy(op.attributes["sharding"], meshes, mesh, value)
     with ir.InsertionPoint(op), op.location:
         call = stablehlo.CustomCallOp([op.results[0].type], [op.operands[0]], SHARDING_TARGET)
         call.operation.attributes[MHLO_SHARDING] = sharding_attr(hlo, op.context)
+        if open_dims:
+            call.operation.attributes[OPEN_DIMS] = ir.StringAttr.get(
+                ",".join(str(d) for d in sorted(open_dims)), op.context)
     op.results[0].replace_all_uses_with(call.results[0])
     op.erase()

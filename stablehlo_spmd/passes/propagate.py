@@ -96,6 +96,7 @@ class _Graph:
         self.node_ops: list[ir.Operation | None] = []
         self.pins: list[tuple[int, Sharding, str]] = []
         self.refined: set[int] = set()  # pinned values with open dims: written as solved
+        self.refined_ops: list[tuple[ir.Operation, int]] = []  # the same, on ops
         # Ops with no rule, with their results' ids: written replicated.
         self.unruled: list[tuple[ir.Operation, list[int]]] = []
         self.result_slots: list[tuple[ShardedValue, int, bool]] = []  # (result, value id, annotated)
@@ -205,8 +206,8 @@ class _Graph:
             return False
         open_dims = value.get(OPEN_DIMS)
         if open_dims is not None:  # Shardy's {?}: propagation may split these further
-            dims = frozenset(int(d) for d in ir.StringAttr(open_dims).value.split(",") if d)
-            sharding = dataclasses.replace(sharding, open_dims=dims & set(range(sharding.rank)))
+            sharding = dataclasses.replace(
+                sharding, open_dims=_open_dims(open_dims) & set(range(sharding.rank)))
             self.refined.add(index)
         self.pins.append((index, sharding, f"the annotation on {label}"))
         return True
@@ -289,14 +290,21 @@ class _Graph:
                  else f"the sharding on {op.name}")
         where = source_position(op.location)
         label += f" at {where}" if where else ""
+        open_dims = _open_dims(op.attributes[OPEN_DIMS]) if OPEN_DIMS in op.attributes \
+            and len(results) == 1 else frozenset()
         for index, element in zip(results, elements):
             if index == NO_VALUE or element.kind == "unknown":
                 continue
             try:
-                self.pins.append((index, Sharding.from_hlo(element, self.mesh,
-                                                           len(self.shapes[index])), label))
+                sharding = Sharding.from_hlo(element, self.mesh, len(self.shapes[index]))
             except ShardingError as error:
                 diagnostics.error(op.location, f"op '{op.name}': {error.message}")
+                continue
+            if open_dims:  # Shardy's {?}: propagation may split these further
+                sharding = dataclasses.replace(sharding,
+                                               open_dims=open_dims & set(range(sharding.rank)))
+                self.refined_ops.append((op, index))
+            self.pins.append((index, sharding, label))
 
     def _replicate_unknown(self, op: ir.Operation) -> None:
         diagnostics.warning(op.location, f"no sharding rule for '{op.name}': its results are "
@@ -339,6 +347,9 @@ class _Graph:
             if is_sharding_constraint(op) or MHLO_SHARDING in op.attributes:
                 continue
             op.attributes[MHLO_SHARDING] = self._result_attr(node.results, context)
+        for op, index in self.refined_ops:
+            op.attributes[MHLO_SHARDING] = self._result_attr([index], context)
+            del op.attributes[OPEN_DIMS]
         # Every value has a sharding: an op with no rule, its pinned replicated.
         for op, indices in self.unruled:
             if op.results and MHLO_SHARDING not in op.attributes:
@@ -449,3 +460,8 @@ class _op_result:
         where = source_position(op.location)
         result = f" result #{self.position}" if len(op.results) > 1 else ""
         return f"{op.name}{result}" + (f" at {where}" if where else "")
+
+
+def _open_dims(attr: ir.Attribute) -> frozenset[int]:
+    """The dims an `OPEN_DIMS` note lists ("0,2")."""
+    return frozenset(int(d) for d in ir.StringAttr(attr).value.split(",") if d)

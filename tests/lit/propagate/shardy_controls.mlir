@@ -32,7 +32,8 @@ func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{?}
 // CHECK: %[[C:.*]] = stablehlo.constant {mhlo.sharding = "{devices=[2,2]<=[4]}"} dense<1.000000e+00>
 // CHECK-NEXT: %[[S:.*]] = stablehlo.add %arg0, %[[C]] {mhlo.sharding = "{devices=[2,2]<=[4]}"}
 // CHECK-NEXT: %[[P:.*]] = stablehlo.multiply %[[S]], %[[S]] {mhlo.sharding = "{devices=[2,2]<=[4]}"}
-// CHECK-NOT: sdy.
+// CHECK-NOT: sdy.constant
+// CHECK-NOT: sdy.data_flow_edge
 sdy.mesh @mesh = <["a"=2, "b"=2]>
 func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {"b"}]>}) -> tensor<8x8xf32> {
   %c = sdy.constant dense<1.0> : tensor<8x8xf32>
@@ -40,4 +41,21 @@ func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a
   %1 = sdy.data_flow_edge %0 : tensor<8x8xf32>
   %2 = stablehlo.multiply %1, %1 : tensor<8x8xf32>
   return %2 : tensor<8x8xf32>
+}
+
+// -----
+
+// A constraint with an open dim (jax's with_sharding_constraint with
+// UNCONSTRAINED) pins its closed dims only: dim 0 takes "a" from the sum's
+// partner, dim 1 stays whole as the constraint says.
+
+// CHECK-LABEL: func.func @main
+// CHECK: %[[C:.*]] = stablehlo.custom_call @Sharding(%arg1) {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+// CHECK-NOT: spmd.open_dims
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {"b"}]>},
+                %arg1: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = sdy.sharding_constraint %arg1 <@mesh, [{?}, {}]> : tensor<8x8xf32>
+  %1 = stablehlo.add %0, %arg0 : tensor<8x8xf32>
+  return %1 : tensor<8x8xf32>
 }

@@ -330,13 +330,17 @@ def test_a_function_named_by_called_computations_is_kept():
     assert re.search(r"func\.func private @less\(", partitioned)
 
 
-def _lit_case(path: str, function: str) -> str:
-    """The module of the lit test file `path` (under tests/lit) that defines
-    `function`, with the function renamed @main to run."""
+def _lit_chunk(path: str, needle: str) -> str:
+    """The module of the lit test file `path` (under tests/lit) whose text
+    holds `needle`, without its comments."""
     text = (pathlib.Path(__file__).parents[2] / "lit" / path).read_text()
-    case = next(c for c in text.split("// -----") if f"@{function}(" in c)
-    module = "\n".join(line for line in case.splitlines() if not line.startswith("//"))
-    return module.replace(f"@{function}(", "@main(")
+    case = next(c for c in text.split("// -----") if needle in c)
+    return "\n".join(line for line in case.splitlines() if not line.startswith("//"))
+
+
+def _lit_case(path: str, function: str) -> str:
+    """The module of `path` that defines `function`, renamed @main to run."""
+    return _lit_chunk(path, f"@{function}(").replace(f"@{function}(", "@main(")
 
 
 def test_a_move_is_reused_where_it_dominates_and_made_again_where_not():
@@ -389,9 +393,7 @@ def test_open_dims_are_split_where_propagation_splits_them():
 def test_shardy_data_only_ops_run_split():
     # sdy.constant and an edge without a sharding take the argument's split:
     # nothing moves, and the result matches one device.
-    text = pathlib.Path(__file__).parents[2] / "lit" / "propagate" / "shardy_controls.mlir"
-    case = [c for c in text.read_text().split("// -----") if "sdy.data_flow_edge" in c][0]
-    module = "\n".join(line for line in case.splitlines() if not line.startswith("//"))
+    module = _lit_chunk("propagate/shardy_controls.mlir", "sdy.data_flow_edge")
     partitioned = ss.run_passes(module, "spmd-propagate,spmd-partition")
     assert "sdy.constant" not in partitioned and "sdy.data_flow_edge" not in partitioned
     assert "tensor<4x4xf32>" in partitioned and "stablehlo.all_" not in partitioned
@@ -402,4 +404,16 @@ def test_shardy_data_only_ops_run_split():
                                                                     "multiply %0, %0")
     x = np.asarray(_random(8, 8))
     (got,), (want,) = ss.run(partitioned, [x]), ss.run_single_device(reference, [x])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+
+
+def test_an_open_constraint_is_split_where_propagation_splits_it():
+    module = _lit_chunk("propagate/shardy_controls.mlir", "sdy.sharding_constraint")
+    partitioned = ss.run_passes(module, "spmd-propagate,spmd-partition")
+    # Rows over a as the constraint allows; columns whole as it says.
+    assert "tensor<4x8xf32>" in partitioned
+    reference = module.replace("%0 = sdy.sharding_constraint %arg1 <@mesh, [{?}, {}]> : "
+                               "tensor<8x8xf32>", "").replace("add %0, %arg0", "add %arg1, %arg0")
+    x, y = np.asarray(_random(8, 8)), np.asarray(_random(8, 8))
+    (got,), (want,) = ss.run(partitioned, [x, y]), ss.run_single_device(reference, [x, y])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
