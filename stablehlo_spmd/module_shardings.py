@@ -39,6 +39,16 @@ MHLO_SHARDING = "mhlo.sharding"
 # dims, so the import keeps them beside it for spmd-propagate, which may
 # split them further.
 OPEN_DIMS = "spmd.open_dims"
+
+
+def open_dims_attr(dims, context: ir.Context) -> ir.Attribute:
+    """The `OPEN_DIMS` note for `dims`."""
+    return ir.StringAttr.get(",".join(str(d) for d in sorted(dims)), context)
+
+
+def read_open_dims(attr: ir.Attribute) -> frozenset[int]:
+    """The dims an `OPEN_DIMS` note lists."""
+    return frozenset(int(d) for d in ir.StringAttr(attr).value.split(",") if d)
 SDY_SHARDING = "sdy.sharding"
 NUM_PARTITIONS = "mhlo.num_partitions"
 MESH_ATTR = "spmd.mesh"
@@ -405,8 +415,7 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
         else:
             hlo, open_dims = _from_sdy(attr, meshes, mesh, value)
             if open_dims:
-                updates.append((value, OPEN_DIMS, ir.StringAttr.get(
-                    ",".join(str(d) for d in sorted(open_dims)), module.context)))
+                updates.append((value, OPEN_DIMS, open_dims_attr(open_dims, module.context)))
         updates.append((value, MHLO_SHARDING, sharding_attr(hlo, module.context)))
         updates.append((value, SDY_SHARDING, None))
     set_attrs(updates)
@@ -561,7 +570,6 @@ def _replace_constraint(op: ir.Operation, meshes, mesh) -> None:
         call = stablehlo.CustomCallOp([op.results[0].type], [op.operands[0]], SHARDING_TARGET)
         call.operation.attributes[MHLO_SHARDING] = sharding_attr(hlo, op.context)
         if open_dims:
-            call.operation.attributes[OPEN_DIMS] = ir.StringAttr.get(
-                ",".join(str(d) for d in sorted(open_dims)), op.context)
+            call.operation.attributes[OPEN_DIMS] = open_dims_attr(open_dims, op.context)
     op.results[0].replace_all_uses_with(call.results[0])
     op.erase()

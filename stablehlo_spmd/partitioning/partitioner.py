@@ -45,7 +45,7 @@ from stablehlo_spmd.module_shardings import (
     MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions, read_hlo)
 from stablehlo_spmd.partitioning.skeleton import skeleton as make_skeleton
 from stablehlo_spmd.partitioning.strategy import (
-    ON_OWNER, REPLICATED, RULE_DRIVEN, STRATEGIES, Plan)
+    ON_OWNER, REPLICATED, RULE_DRIVEN, STRATEGIES, Plan, reshard_bytes)
 from stablehlo_spmd.reshard import plan as plan_reshard, plan_cost
 from stablehlo_spmd.shapes import element_bytes, local_type, shape_of, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
@@ -230,33 +230,33 @@ class Partitioner:
             self.bind(value, self.to(value, target, rebuild=False), target)
 
     def to(self, value: ir.Value, target: Sharding, rebuild: bool = True) -> ir.Value:
-        """`value`'s per-device form, resharded to `target`: by collectives,
-        or, for a value made from constants alone, by making it again in
-        `target`'s layout (`rebuilt`)."""
+        """`value`'s per-device form, resharded to `target`: a form made
+        earlier that dominates here (XLA's partitioner keeps such a reshard
+        cache), else the value's op made again in `target`'s layout where
+        that moves fewer bytes (`rebuilt`), else collectives."""
         source = self.shardings.get(value)
         local = self.local[value]
         if source is None or source == target or not shape_of(value):
             if source is not None and source != target and not shape_of(value):
                 return self.emitter.reshard(local, source, target, ())
             return local
-        steps = self._reshard_steps(value, source, target)
-        moved = plan_cost(steps)
-        if rebuild and moved > 0:
-            remade = self._rebuild_plan(value, target, _REBUILD_DEPTH)
-            if remade is not None and remade[2] < moved:
-                return self.rebuilt(value, target, remade)
-        # A value moved to a layout once serves every later reader there that
-        # the move dominates (XLA's partitioner keeps such a reshard cache).
         key = (local, target)
         here = ir.InsertionPoint.current.block
         for earlier, block in self._reshards.get(key, ()):
             if _encloses(block, here):
                 return earlier
-        if any(step.replicates_fully for step in steps):
-            # XLA's "involuntary full rematerialization", but with a location.
-            diagnostics.warning(ir.Location.current, f"resharding {value.type} from {source} to "
-                                f"{target} goes through a fully replicated copy")
-        result = self.emitter.reshard(local, source, target, shape_of(value), steps=steps)
+        steps = self._reshard_steps(value, source, target)
+        moved = plan_cost(steps)
+        remade = self._rebuild_plan(value, target, _REBUILD_DEPTH) \
+            if rebuild and moved > 0 else None
+        if remade is not None and remade[2] < moved:
+            result = self.rebuilt(value, target, remade)
+        else:
+            if any(step.replicates_fully for step in steps):
+                # XLA's "involuntary full rematerialization", but with a location.
+                diagnostics.warning(ir.Location.current, f"resharding {value.type} from "
+                                    f"{source} to {target} goes through a fully replicated copy")
+            result = self.emitter.reshard(local, source, target, shape_of(value), steps=steps)
         self._reshards.setdefault(key, []).append((result, here))
         return result
 
@@ -306,7 +306,7 @@ class Partitioner:
         operands' moves (or their making), and its result's, which must be
         free (a local slice); None where the result would move."""
         produced = plan.produced[0]
-        if produced is None or produced.unreduced or self._moved(value, produced, target):
+        if produced is None or produced.unreduced or reshard_bytes(produced, target, value):
             return None
         total, seen = 0.0, set()
         for operand, layout in zip(value.owner.operands, plan.required):
@@ -315,20 +315,12 @@ class Partitioner:
                     or (operand, layout) in seen:  # one move serves a value read twice
                 continue
             seen.add((operand, layout))
-            moved = self._moved(operand, current, layout)
+            moved = reshard_bytes(current, layout, operand)
             if moved:
                 remade = self._rebuild_plan(operand, layout, depth - 1)
                 moved = min(moved, remade[2]) if remade is not None else moved
             total += moved
         return total
-
-    def _moved(self, value: ir.Value, source: Sharding, target: Sharding) -> float:
-        if source == target:
-            return 0.0
-        try:
-            return plan_cost(self._reshard_steps(value, source, target))
-        except ShardingError:
-            return float("inf")
 
     def rebuilt(self, value: ir.Value, target: Sharding, remade) -> ir.Value:
         """`value` made again, here, in `target`'s layout (`_rebuild_plan`)."""
@@ -421,8 +413,8 @@ _OWNS_ITS_PLACEMENT = frozenset({
     "stablehlo.constant", "stablehlo.iota",
 })
 
-# Ops made again, rather than moved, when everything they read is made from
-# constants (`Partitioner._rebuild_plan`): cheap, region-free, one result.
+# Ops made again, rather than moved, where that moves fewer bytes
+# (`Partitioner._rebuild_plan`): cheap, region-free, one result.
 _REBUILDABLE = frozenset({
     "stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
     "stablehlo.transpose", "stablehlo.slice", "stablehlo.concatenate", "stablehlo.convert",

@@ -169,8 +169,7 @@ def _one_axis_moved(p: "Partitioner", rule: OpRule, axes: list[tuple], pending: 
     """`axes` with one mesh axis taken off the factor holding it (if any) and
     put, minor, on another factor that can run split and divides evenly; not
     an axis a partial value around the op is pending on."""
-    compound = {f for tensor in (*rule.operands, *rule.results) for dim in tensor
-                if len(dim) > 1 for f in dim}
+    compound = _compound_factors(rule)
     for axis in p.mesh.axis_names:
         if p.axis_size[axis] == 1 or axis in pending:
             continue
@@ -223,8 +222,7 @@ def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[S
     for factor, dealt in operand_axes:
         if not assigned[factor] and rule.factor_kinds[factor] is FactorKind.REDUCTION:
             axes[factor], assigned[factor] = dealt, True
-    compound = {f for tensor in (*rule.operands, *rule.results) for dim in tensor
-                if len(dim) > 1 for f in dim}
+    compound = _compound_factors(rule)
     used: set[str] = set()
     # With `reduction_first`, reduction factors claim their axes before
     # the result's dims do (a result wanting the same axis then gets it by
@@ -270,6 +268,12 @@ def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[S
                                             for f in factors[:i]):
                         axes[factor], changed = (), True
     return axes
+
+
+def _compound_factors(rule: OpRule) -> set[int]:
+    """Factors that share a dim with others (a reshaped dim)."""
+    return {f for tensor in (*rule.operands, *rule.results) for dim in tensor
+            if len(dim) > 1 for f in dim}
 
 
 def dealt_axes(p: "Partitioner", rule: OpRule, shardings, tensors):

@@ -611,7 +611,7 @@ def _concatenate_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 windowed_strategy("stablehlo.concatenate", _concatenate_plan)
 
 
-def _slices_of_one_source(op: ir.Operation, axis: int):
+def _windows_of_one_source(op: ir.Operation, axis: int):
     """(x, spans, fill) when every operand is one tensor x, a unit-stride
     slice of it along `axis` alone, or an interior-free pad of it along
     `axis` alone (all pads with one padding value, `fill`; None when there
@@ -651,7 +651,7 @@ def _slices_of_one_source(op: ir.Operation, axis: int):
 
 def _source_pieces(spans, count: int, s_x: int, s_out: int, total: int) -> list[Piece]:
     """The pieces of x that make each device's block of `s_out` (of `total`)
-    when the operands of `spans` (`_slices_of_one_source`) are laid side by
+    when the operands of `spans` (`_windows_of_one_source`) are laid side by
     side; x is split in shards of `s_x` over `count` devices."""
     pieces, placed = [], 0
     for start, limit, lead, length in spans:
@@ -674,12 +674,12 @@ def _received(pieces: list[Piece]) -> int:
 
 def _pieces_plan(p: Partitioner, op: ir.Operation, plan: Plan, axis: int) -> Plan | None:
     """A concatenation of slices or pads of one tensor x (a rotation, a
-    wrap-around padding): each device's block is pieces of x's shards, sent straight from
-    x (`Emitter.gather_pieces`), as few collective_permutes as the pieces
-    allow, as XLA's partitioner turns such a concatenation into one cyclic
-    shift.  Taken where it moves no more than the halos of the
+    wrap-around padding): each device's block is pieces of x's shards, sent
+    straight from x (`Emitter.gather_pieces`) in as few collective_permutes
+    as the pieces allow, as XLA's partitioner turns such a concatenation
+    into one cyclic shift.  Taken where it moves no more than the halos of the
     concatenation and of the slices it reads (each priced as its own pieces)."""
-    found = _slices_of_one_source(op, axis)
+    found = _windows_of_one_source(op, axis)
     layout = plan.produced[0]
     if found is None or layout.unreduced:
         return None
@@ -693,8 +693,7 @@ def _pieces_plan(p: Partitioner, op: ir.Operation, plan: Plan, axis: int) -> Pla
     s_x, s_out = _shard(p, shape_of(source)[axis], dim_axes), _shard(p, total, dim_axes)
     pieces = _source_pieces(spans, count, s_x, s_out, total)
     row = tensor_bytes(local_type(op.results[0].type, layout)) / s_out
-    moved = _received(pieces) * row + (reshard_bytes(current, layout, source)
-                                       if current != layout else 0.0)
+    moved = _received(pieces) * row + reshard_bytes(current, layout, source)
     before = _moved_bytes(p, op, plan)
     for value, span in zip(op.operands, spans):
         if value != source and len(list(value.uses)) == 1:  # the operand's own halo goes too

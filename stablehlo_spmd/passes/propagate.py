@@ -34,9 +34,9 @@ from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MHLO_SHARDING, OPEN_DIMS, SHARDING_TARGET, ShardedValue, function_values, functions, import_shardy,
-    is_sharding_constraint, module_mesh, read_hlo, set_attrs, sharding_attr, untuple_custom_calls,
-    write_mesh)
+    MHLO_SHARDING, OPEN_DIMS, SHARDING_TARGET, ShardedValue, function_values, functions,
+    import_shardy, is_sharding_constraint, module_mesh, read_hlo, read_open_dims, set_attrs,
+    sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.propagation import NO_VALUE, Node, Propagator
@@ -205,9 +205,8 @@ class _Graph:
             diagnostics.error(value.location, f"{label}: {error.message}")
             return False
         open_dims = value.get(OPEN_DIMS)
-        if open_dims is not None:  # Shardy's {?}: propagation may split these further
-            sharding = dataclasses.replace(
-                sharding, open_dims=_open_dims(open_dims) & set(range(sharding.rank)))
+        if open_dims is not None:
+            sharding = _opened(sharding, read_open_dims(open_dims))
             self.refined.add(index)
         self.pins.append((index, sharding, f"the annotation on {label}"))
         return True
@@ -290,7 +289,7 @@ class _Graph:
                  else f"the sharding on {op.name}")
         where = source_position(op.location)
         label += f" at {where}" if where else ""
-        open_dims = _open_dims(op.attributes[OPEN_DIMS]) if OPEN_DIMS in op.attributes \
+        open_dims = read_open_dims(op.attributes[OPEN_DIMS]) if OPEN_DIMS in op.attributes \
             and len(results) == 1 else frozenset()
         for index, element in zip(results, elements):
             if index == NO_VALUE or element.kind == "unknown":
@@ -300,9 +299,8 @@ class _Graph:
             except ShardingError as error:
                 diagnostics.error(op.location, f"op '{op.name}': {error.message}")
                 continue
-            if open_dims:  # Shardy's {?}: propagation may split these further
-                sharding = dataclasses.replace(sharding,
-                                               open_dims=open_dims & set(range(sharding.rank)))
+            if open_dims:
+                sharding = _opened(sharding, open_dims)
                 self.refined_ops.append((op, index))
             self.pins.append((index, sharding, label))
 
@@ -462,6 +460,7 @@ class _op_result:
         return f"{op.name}{result}" + (f" at {where}" if where else "")
 
 
-def _open_dims(attr: ir.Attribute) -> frozenset[int]:
-    """The dims an `OPEN_DIMS` note lists ("0,2")."""
-    return frozenset(int(d) for d in ir.StringAttr(attr).value.split(",") if d)
+def _opened(sharding: Sharding, dims: frozenset[int]) -> Sharding:
+    """`sharding` with `dims` open (Shardy's ``{?}``): propagation may split
+    them further."""
+    return dataclasses.replace(sharding, open_dims=dims & set(range(sharding.rank)))
