@@ -862,9 +862,11 @@ def _hlo_shardings(protos, count: int) -> list:
 
     if protos is None:
         return [None] * count
+    # A tuple of results (or of none) may come back as one tuple sharding.
+    if len(protos) == 1 and count != 1 and protos[0] is not None and \
+            protos[0].type == xc.OpSharding.Type.TUPLE:
+        protos = list(protos[0].tuple_shardings)
     shardings = [None if p is None else xc.HloSharding.from_proto(p) for p in protos]
-    if len(shardings) == 1 and count != 1 and shardings[0] is not None and shardings[0].is_tuple():
-        shardings = list(shardings[0].tuple_elements())
     if len(shardings) != count:
         return [None] * count if not shardings else shardings + [None] * (count - len(shardings))
     return shardings

@@ -246,6 +246,20 @@ def test_elementwise_on_a_sharded_input(eight_devices):
     assert [s.data.shape for s in out.addressable_shards] == [(2, 4)] * 4
 
 
+def test_function_with_no_results_compiles_and_runs(eight_devices):
+    # XLA hands back one (empty) tuple sharding for no results at all; it was
+    # once read as one result's sharding.
+    text = """
+    module attributes {mhlo.num_partitions = 4 : i32} {
+      func.func @main(%arg0: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+        return
+      }
+    }"""
+    exe = runtime.compile(text)
+    assert exe.results == [] or len(exe.results) == 0
+    assert exe(rand(8, 8)) in ([], ())
+
+
 def test_psum_gives_a_replicated_result(eight_devices):
     x, w1 = rand(8, 16), rand(16, 4)
     exe = runtime.compile(PSUM)
