@@ -34,21 +34,46 @@ from stablehlo_spmd.sharding import Sharding
 from stablehlo_spmd.tile_axes import infer_mesh
 
 MHLO_SHARDING = "mhlo.sharding"
-# The open dims (Shardy's ``{?}``) of a function argument's, result's or
-# sharding constraint's sharding, "0,2": XLA's sharding text has no open
-# dims, so the import keeps them beside it for spmd-propagate, which may
-# split them further.
+# The open dims (Shardy's ``{?}``) of a sharding Shardy wrote, "0,2", and the
+# priorities of its dims (``{"x"}p1``), "0:1": XLA's sharding text has
+# neither, so the import keeps them beside it for spmd-propagate, which may
+# split open dims further and propagates dims in priority order.  On an op
+# with several results the notes of its results are joined by ";".
 OPEN_DIMS = "spmd.open_dims"
+PRIORITIES = "spmd.priorities"
 
 
 def open_dims_attr(dims, context: ir.Context) -> ir.Attribute:
     """The `OPEN_DIMS` note for `dims`."""
-    return ir.StringAttr.get(",".join(str(d) for d in sorted(dims)), context)
+    return ir.StringAttr.get(_open_dims_text(dims), context)
 
 
-def read_open_dims(attr: ir.Attribute) -> frozenset[int]:
-    """The dims an `OPEN_DIMS` note lists."""
-    return frozenset(int(d) for d in ir.StringAttr(attr).value.split(",") if d)
+def _open_dims_text(dims) -> str:
+    return ",".join(str(d) for d in sorted(dims))
+
+
+def _priorities_text(priorities: dict[int, int]) -> str:
+    return ",".join(f"{d}:{p}" for d, p in sorted(priorities.items()))
+
+
+def _note_of(attr: ir.Attribute, position: int) -> str:
+    notes = ir.StringAttr(attr).value.split(";")
+    return notes[position] if position < len(notes) else ""
+
+
+def read_open_dims(attr: ir.Attribute, position: int = 0) -> frozenset[int]:
+    """The dims an `OPEN_DIMS` note lists (for an op's result #`position`)."""
+    return frozenset(int(d) for d in _note_of(attr, position).split(",") if d)
+
+
+def read_priorities(attr: ir.Attribute | None, position: int = 0) -> dict[int, int]:
+    """dim -> priority, from a `PRIORITIES` note (for an op's result #`position`)."""
+    if attr is None:
+        return {}
+    pairs = (item.split(":") for item in _note_of(attr, position).split(",") if item)
+    return {int(d): int(p) for d, p in pairs}
+
+
 SDY_SHARDING = "sdy.sharding"
 NUM_PARTITIONS = "mhlo.num_partitions"
 MESH_ATTR = "spmd.mesh"
@@ -385,37 +410,47 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
     """Rewrite Shardy's mesh, shardings and constraints into ``mhlo.sharding`` form.
 
     Returns the imported mesh (None when the module has no ``sdy.mesh``).  A
-    module with several meshes is accepted only when they are one mesh under
-    several names, plus the single-device meshes JAX uses for maximal shardings.
+    module with several meshes is accepted when the ones its shardings use are
+    one mesh under several names, plus the single-device meshes JAX uses for
+    maximal shardings and the empty mesh ``<[]>`` (a sharding on it is
+    replicated); a declared mesh nothing refers to is dropped, as Shardy's
+    own clean-up drops it.
     """
-    meshes: dict[str, Mesh | int] = {}
+    meshes: dict[str, Mesh | int | None] = {}
     mesh_ops = []
     for op in module.regions[0].blocks[0].operations:
         if op.operation.name == "sdy.mesh":
             name = ir.StringAttr(op.attributes["sym_name"]).value
             meshes[name] = _mesh_or_device(op.attributes["mesh"])
             mesh_ops.append(op.operation)
-    full = {m for m in meshes.values() if isinstance(m, Mesh)}
+    if not meshes and not _uses_shardy(module):
+        return None
+    used = _referenced_meshes(module, meshes)
+    full = {m for name, m in meshes.items() if isinstance(m, Mesh) and name in used}
     if len(full) > 1:
         raise ShardingError(
-            "the module declares several different sdy meshes "
+            "the module's shardings use several different sdy meshes "
             f"({', '.join(str(m) for m in full)}); stablehlo-spmd works on one mesh per module",
             None)
     mesh = full.pop() if full else None
-    if not meshes and not _uses_shardy(module):
-        return None
 
     updates = []
     for value in all_values_with(module, SDY_SHARDING):
         attr = value.get(SDY_SHARDING)
         if value.kind == "op":
             per_value = sdy.TensorShardingPerValueAttr(attr)
-            converted = [_from_sdy(s, meshes, mesh, value)[0] for s in per_value.shardings]
-            hlo = converted[0] if len(converted) == 1 else HloSharding.tuple_of(converted)
+            converted = [_from_sdy(s, meshes, mesh, value) for s in per_value.shardings]
+            elements = [hlo for hlo, _, _ in converted]
+            hlo = elements[0] if len(elements) == 1 else HloSharding.tuple_of(elements)
+            open_notes = [_open_dims_text(dims) for _, dims, _ in converted]
+            priority_notes = [_priorities_text(p) for _, _, p in converted]
         else:
-            hlo, open_dims = _from_sdy(attr, meshes, mesh, value)
-            if open_dims:
-                updates.append((value, OPEN_DIMS, open_dims_attr(open_dims, module.context)))
+            hlo, open_dims, priorities = _from_sdy(attr, meshes, mesh, value)
+            open_notes, priority_notes = [_open_dims_text(open_dims)], \
+                [_priorities_text(priorities)]
+        for name, notes in ((OPEN_DIMS, open_notes), (PRIORITIES, priority_notes)):
+            if any(notes):
+                updates.append((value, name, ir.StringAttr.get(";".join(notes), module.context)))
         updates.append((value, MHLO_SHARDING, sharding_attr(hlo, module.context)))
         updates.append((value, SDY_SHARDING, None))
     set_attrs(updates)
@@ -427,6 +462,37 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
     if mesh is not None:
         write_mesh(module, mesh)
     return mesh
+
+
+def _referenced_meshes(module: ir.Operation, meshes) -> set[str]:
+    """The names of the declared meshes that some sharding in `module` refers to."""
+    used: set[str] = set()
+    text_of = {}
+    for name in meshes:
+        text_of[name] = f"@{name},"
+    # Sharding attributes nest in ops of every kind (per-value shardings,
+    # constraints, manual computations): the printed attribute is the one
+    # place they all show their mesh reference.
+
+    def visit(op):
+        attributes = op.attributes
+        for position in range(len(attributes)):
+            named = attributes[position]
+            if "sharding" in named.name:
+                printed = str(named.attr)
+                for name, needle in text_of.items():
+                    if needle in printed:
+                        used.add(name)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for func in functions(module):
+        for value in function_values(func):
+            attr = value.get(SDY_SHARDING)
+            if attr is not None:
+                printed = str(attr)
+                used.update(name for name, needle in text_of.items() if needle in printed)
+    return used
 
 
 def untuple_custom_calls(module: ir.Operation) -> None:
@@ -484,7 +550,7 @@ def all_values_with(module: ir.Operation, attr_name: str) -> Iterator[ShardedVal
     yield from _ops_with(module, attr_name)
 
 
-_SDY_DATA_OPS = ("sdy.sharding_constraint", "sdy.data_flow_edge", "sdy.constant")
+_SDY_DATA_OPS = ("sdy.sharding_constraint", "sdy.reshard", "sdy.data_flow_edge", "sdy.constant")
 
 
 def _sdy_constraints(module: ir.Operation) -> list[ir.Operation]:
@@ -502,8 +568,9 @@ def _sdy_constraints(module: ir.Operation) -> list[ir.Operation]:
 
 
 def _replace_sdy_data_op(op: ir.Operation, meshes, mesh) -> None:
-    """A constraint, or a data-flow edge with a sharding, becomes XLA's
-    ``@Sharding`` constraint; an edge without one is its operand (it only
+    """A constraint, a reshard, or a data-flow edge with a sharding, becomes
+    XLA's ``@Sharding`` constraint (a reshard says where the layout must be,
+    which is all a constraint says); an edge without one is its operand (it only
     names where a region's value flows, which spmd-propagate ties itself);
     ``sdy.constant`` (a constant Shardy keeps from folding) is a stablehlo
     constant.  As Shardy's export does."""
@@ -519,41 +586,53 @@ def _replace_sdy_data_op(op: ir.Operation, meshes, mesh) -> None:
         op.erase()
 
 
-def _mesh_or_device(attr: ir.Attribute) -> Mesh | int:
+def _mesh_or_device(attr: ir.Attribute) -> Mesh | int | None:
+    """A mesh; a device for JAX's "maximal" meshes (one device, no axes); None
+    for the empty mesh ``<[]>``, on which every sharding is replicated."""
     mesh_attr = sdy.MeshAttr(attr)
     device_ids = list(mesh_attr.device_ids)
-    if not list(mesh_attr.axes) and len(device_ids) == 1:
-        return device_ids[0]  # JAX's "maximal" meshes hold one device and no axes
+    if not list(mesh_attr.axes):
+        if len(device_ids) == 1:
+            return device_ids[0]
+        if not device_ids:
+            return None
     return mesh_from_attr(attr)
 
 
-def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int], mesh: Mesh | None,
-              value: ShardedValue) -> tuple[HloSharding, frozenset[int]]:
-    """The sharding as XLA's text, and its open dims (``{?}``, which that
-    text cannot say)."""
+def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int | None], mesh: Mesh | None,
+              value: ShardedValue) -> tuple[HloSharding, frozenset[int], dict[int, int]]:
+    """The sharding as XLA's text, its open dims (``{?}``) and its dims'
+    priorities, which that text cannot say."""
     sharding = sdy.TensorShardingAttr(attr)
     ref = sharding.mesh_or_ref
     if isinstance(ref, ir.FlatSymbolRefAttr):
-        target = meshes.get(ir.FlatSymbolRefAttr(ref).value)
-        if target is None:
+        name = ir.FlatSymbolRefAttr(ref).value
+        if name not in meshes:
             raise _located(value, f"sdy sharding refers to unknown mesh {ref}")
+        target = meshes[name]
     else:
         target = _mesh_or_device(ref)
     if isinstance(target, int):
-        return HloSharding.maximal(target), frozenset()
-    dim_axes, open_dims = [], []
+        return HloSharding.maximal(target), frozenset(), {}
+    dim_axes, open_dims, priorities = [], [], {}
     for dim, dim_attr in enumerate(sharding.dimension_shardings):
         dimension = sdy.DimensionShardingAttr(dim_attr)
         dim_axes.append(tuple(_axis_name(a, value) for a in dimension.axes))
         if not dimension.is_closed:
             open_dims.append(dim)
+        if dimension.priority is not None:
+            priorities[dim] = dimension.priority
+    if target is None:  # the empty mesh: no axes to split over
+        if any(dim_axes):
+            raise _located(value, "a sharding on the empty mesh <[]> cannot name axes")
+        return HloSharding.replicated(), frozenset(open_dims), {}
     unreduced = tuple(_axis_name(a, value) for a in sharding.unreduced_axes)
     try:
         axis_sharding = Sharding(target, tuple(dim_axes), unreduced=unreduced,
                                  open_dims=frozenset(open_dims))
     except ShardingError as error:
         raise _located(value, error.message) from None
-    return axis_sharding.to_hlo(), axis_sharding.open_dims
+    return axis_sharding.to_hlo(), axis_sharding.open_dims, priorities
 
 
 def _axis_name(attr: ir.Attribute, value: ShardedValue) -> str:
@@ -565,11 +644,14 @@ def _axis_name(attr: ir.Attribute, value: ShardedValue) -> str:
 
 def _replace_constraint(op: ir.Operation, meshes, mesh) -> None:
     value = ShardedValue("op", op, 0, None, op.location, op.results[0].type)
-    hlo, open_dims = _from_sdy(op.attributes["sharding"], meshes, mesh, value)
+    hlo, open_dims, priorities = _from_sdy(op.attributes["sharding"], meshes, mesh, value)
     with ir.InsertionPoint(op), op.location:
         call = stablehlo.CustomCallOp([op.results[0].type], [op.operands[0]], SHARDING_TARGET)
         call.operation.attributes[MHLO_SHARDING] = sharding_attr(hlo, op.context)
         if open_dims:
             call.operation.attributes[OPEN_DIMS] = open_dims_attr(open_dims, op.context)
+        if priorities:
+            call.operation.attributes[PRIORITIES] = ir.StringAttr.get(
+                _priorities_text(priorities), op.context)
     op.results[0].replace_all_uses_with(call.results[0])
     op.erase()

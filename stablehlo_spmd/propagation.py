@@ -90,6 +90,7 @@ class Node:
     label: str               # op name, or "tie" for identities between tied values
     is_broadcast: bool = False
     is_tie: bool = False
+    directions: str = "both"  # or "forward", "backward", "none" (a propagation barrier)
 
 
 @dataclasses.dataclass
@@ -99,6 +100,7 @@ class ValueState:
     reduction: str = "sum"
     closed_dims: frozenset[int] = frozenset()  # dims nothing may change
     pinned: bool = False                         # a user sharding: unreduced fixed too
+    reserved: frozenset[str] = frozenset()       # axes a held dim will take (priorities)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +143,7 @@ class Propagator:
         self.roots: list[frozenset[int]] = [frozenset()] * len(self.shapes)
         self.sum_at_origin: set[int] = set()
         self._dirty = set(range(len(self.nodes)))
+        self.held: list[tuple[int, int, int, Axes, bool]] = []  # (priority, value, dim, axes, closed)
         self._projections: dict[tuple, list] = {}
         self._shardings: dict[tuple, Sharding] = {}
         self._sum_costs: dict[tuple, float] = {}
@@ -152,26 +155,61 @@ class Propagator:
 
     # ------------------------------------------------------------- inputs
 
-    def pin(self, value: int, sharding: Sharding, annotation: str) -> None:
-        """A user sharding: closed dims stay as given; open dims may be refined."""
+    def pin(self, value: int, sharding: Sharding, annotation: str,
+            priorities: dict[int, int] | None = None) -> None:
+        """A user sharding: closed dims stay as given; open dims may be refined.
+
+        `priorities` (dim -> priority, Shardy's ``p<N>``; a dim without one is
+        p0) orders propagation: dims of priority N are held back, empty and
+        closed, until every dim of a smaller priority has propagated through
+        the whole program (`run`).
+        """
         rank = len(self.shapes[value])
         self.states[value] = ValueState(
             list(sharding.dim_axes), sharding.unreduced, sharding.reduction,
             frozenset(range(rank)) - sharding.open_dims, pinned=True)
         self.origins[value] = Origin(annotation=annotation)
+        for dim, priority in (priorities or {}).items():
+            if priority > 0 and dim < rank and sharding.dim_axes[dim]:
+                self.held.append((priority, value, dim, sharding.dim_axes[dim],
+                                  dim not in sharding.open_dims))
 
     # ---------------------------------------------------------------- run
 
     def run(self) -> None:
-        for stage in self.STAGES:
-            if stage == self.BIRTH_STAGE:
-                self.births = True
-                self._dirty.update(i for i, node in enumerate(self.nodes)
-                                   if node.rule.reduction == "sum")
-            active = [i for i, node in enumerate(self.nodes) if self._in_stage(node, stage)]
-            self._run_stage(active, stage)
+        """Propagate, one round of every stage per user priority (Shardy's
+        user-priority propagation wraps its op-priority stages the same way)."""
+        for value in {value for _, value, _, _, _ in self.held}:
+            self.states[value].reserved = frozenset(
+                a for _, v, _, axes, _ in self.held if v == value for a in axes)
+        for _, value, dim, _, _ in self.held:
+            state = self.states[value]
+            state.dims[dim] = ()
+            state.closed_dims = state.closed_dims | {dim}
+        rounds = sorted({priority for priority, *_ in self.held} | {0})
+        for priority in rounds:
+            self._release(priority)
+            for stage in self.STAGES:
+                if stage == self.BIRTH_STAGE and priority == rounds[-1]:
+                    self.births = True
+                    self._dirty.update(i for i, node in enumerate(self.nodes)
+                                       if node.rule.reduction == "sum")
+                active = [i for i, node in enumerate(self.nodes) if self._in_stage(node, stage)]
+                self._run_stage(active, stage)
         if self._choose_where_to_sum():
             self._run_stage(list(range(len(self.nodes))), self.STAGES[-1])
+
+    def _release(self, priority: int) -> None:
+        """Give the held dims of `priority` their axes back, open or closed as written."""
+        for held_priority, value, dim, axes, closed in self.held:
+            if held_priority != priority:
+                continue
+            state = self.states[value]
+            state.dims[dim] = axes
+            state.reserved = state.reserved - set(axes)
+            if not closed:
+                state.closed_dims = state.closed_dims - {dim}
+            self._dirty.update(self.users[value])
 
     # ------------------------------------------------- where partials are summed
 
@@ -273,9 +311,15 @@ class Propagator:
             queued.discard(index)
             dirty.discard(index)
             node = self.nodes[index]
-            forward_allowed = last or not node.is_broadcast
-            # A tie is an identity with no direction: it runs both ways always.
-            backward_allowed = not forward_only or node.is_tie
+            directions = node.directions
+            # A tie is an identity with no direction: it runs both ways always
+            # (unless it is a barrier's, which says which ways it runs).
+            forward_allowed = (last or not node.is_broadcast) and \
+                directions in ("both", "forward")
+            backward_allowed = (not forward_only or node.is_tie) and \
+                directions in ("both", "backward")
+            if directions == "none":
+                continue
             for value in self._propagate(index, forward_allowed, backward_allowed):
                 for user in self.users[value]:
                     if user != index:
@@ -406,7 +450,7 @@ class Propagator:
             if len(proposed) <= len(current) or proposed[:len(current)] != current:
                 continue
             if used is None:
-                used = set(state.unreduced)
+                used = set(state.unreduced) | state.reserved
                 for axes in state.dims:
                     used.update(axes)
             extension = []

@@ -183,7 +183,10 @@ def register(*op_names: str, signature: Callable[[ir.Operation], object] | None 
 
 
 def register_ties(*op_names: str):
-    """Decorator: `fn(op) -> [(a, b), ...]` pairs of values that share a sharding."""
+    """Decorator: `fn(op) -> [(a, b), ...]` pairs of values that share a sharding.
+
+    A pair may carry a third element, the direction a sharding may travel
+    ("forward": a to b only, "backward", "none"; "both" when left out)."""
     def decorate(fn: TiesFn) -> TiesFn:
         for name in op_names:
             _TIES[name] = fn

@@ -5,6 +5,11 @@ operand, block argument, yielded value and result; a call's operand and its
 callee's argument) must share a sharding: `tied_values` lists those pairs
 and propagation treats each as an identity.  `optimization_barrier` and the
 sharding constraints are identities op by op.
+
+Shardy's propagation controls are ties too: ``sdy.propagation_barrier`` ties
+its operand to its result in the directions it allows, and the values of one
+``sdy.sharding_group`` are tied to each other wherever they are
+(`sharding_group`), as Shardy's ``shard_as`` gives them one sharding.
 """
 
 from __future__ import annotations
@@ -174,6 +179,29 @@ def _call_ties(op: ir.Operation):
     ties = [(operand, entry.arguments[i]) for i, operand in enumerate(op.operands)]
     ties += [(result, returned[i]) for i, result in enumerate(op.results)]
     return ties
+
+
+# Shardy's PropagationDirection enum, by value (NONE, FORWARD, BACKWARD, BOTH).
+_BARRIER_DIRECTIONS = ("none", "forward", "backward", "both")
+
+
+@register_ties("sdy.propagation_barrier")
+def _propagation_barrier_ties(op: ir.Operation):
+    """The operand and the result, tied only in the direction the barrier allows."""
+    direction = _BARRIER_DIRECTIONS[ir.IntegerAttr(op.attributes["allowed_direction"]).value]
+    return [(op.operands[0], op.results[0], direction)]
+
+
+@register_ties("sdy.sharding_group")
+def _sharding_group_ties(op: ir.Operation):
+    return []  # a group ties values across the module: see `sharding_group`
+
+
+def sharding_group(op: ir.Operation) -> tuple[int, ir.Value] | None:
+    """(group id, value) of an ``sdy.sharding_group`` op; None for any other op."""
+    if op.name != "sdy.sharding_group":
+        return None
+    return ir.IntegerAttr(op.attributes["group_id"]).value, op.operands[0]
 
 
 def _lookup_function(op: ir.Operation, name: str) -> ir.Operation | None:

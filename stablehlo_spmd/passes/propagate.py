@@ -34,8 +34,9 @@ from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MHLO_SHARDING, OPEN_DIMS, SHARDING_TARGET, ShardedValue, function_values, functions,
-    import_shardy, is_sharding_constraint, module_mesh, read_hlo, read_open_dims, set_attrs,
+    MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue, function_values,
+    functions, import_shardy, is_sharding_constraint, module_mesh, read_hlo, read_open_dims,
+    read_priorities, set_attrs,
     sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
@@ -94,9 +95,9 @@ class _Graph:
         self.describe_fns: list = []
         self.nodes: list[Node] = []
         self.node_ops: list[ir.Operation | None] = []
-        self.pins: list[tuple[int, Sharding, str]] = []
+        self.pins: list[tuple[int, Sharding, str, dict[int, int]]] = []  # ..., priorities
         self.refined: set[int] = set()  # pinned values with open dims: written as solved
-        self.refined_ops: list[tuple[ir.Operation, int]] = []  # the same, on ops
+        self.refined_ops: list[tuple[ir.Operation, list[int]]] = []  # the same, on ops
         # Ops with no rule, with their results' ids: written replicated.
         self.unruled: list[tuple[ir.Operation, list[int]]] = []
         self.result_slots: list[tuple[ShardedValue, int, bool]] = []  # (result, value id, annotated)
@@ -106,6 +107,8 @@ class _Graph:
         self._attrs: dict[Sharding, ir.Attribute] = {}  # by identity-shared Sharding
         self._summed_values: dict[tuple, ir.Value] = {}  # (partial value, layout) -> its sum
         self.functions: dict[str, ir.Operation] = {}
+        self.groups: dict[int, int] = {}    # sharding group id -> its first value
+        self.group_ops: list[ir.Operation] = []
         self.added: set[str] = set()        # functions whose nodes are in
         self.ok = True                      # False once an annotation failed to read
 
@@ -121,8 +124,8 @@ class _Graph:
         if not graph.ok:
             return None
         graph.solver = Propagator(mesh, graph.shapes, graph.nodes, graph.element_bytes)
-        for value, sharding, annotation in graph.pins:
-            graph.solver.pin(value, sharding, annotation)
+        for value, sharding, annotation, priorities in graph.pins:
+            graph.solver.pin(value, sharding, annotation, priorities)
         return graph
 
     def _value(self, value: ir.Value, describe) -> int:
@@ -208,7 +211,8 @@ class _Graph:
         if open_dims is not None:
             sharding = _opened(sharding, read_open_dims(open_dims))
             self.refined.add(index)
-        self.pins.append((index, sharding, f"the annotation on {label}"))
+        self.pins.append((index, sharding, f"the annotation on {label}",
+                          read_priorities(value.get(PRIORITIES))))
         return True
 
     def _add_block_ops(self, block: ir.Block) -> None:
@@ -257,8 +261,11 @@ class _Graph:
 
     def _add_op(self, op: ir.Operation, name: str, results: list[int]) -> None:
         if op_rules.has_ties(name):
-            for a, b in op_rules.tied_values(op):
-                self._add_tie(self._value(a, None), self._value(b, None), op)
+            for a, b, *direction in op_rules.tied_values(op):
+                self._add_tie(self._value(a, None), self._value(b, None), op, *direction)
+            group = op_rules.control.sharding_group(op)
+            if group is not None:
+                self._join_group(*group, op)
         rule = op_rules.rule_for(op)
         if rule is None:
             if not op_rules.has_rule(name) or name == "stablehlo.custom_call":
@@ -289,9 +296,11 @@ class _Graph:
                  else f"the sharding on {op.name}")
         where = source_position(op.location)
         label += f" at {where}" if where else ""
-        open_dims = read_open_dims(op.attributes[OPEN_DIMS]) if OPEN_DIMS in op.attributes \
-            and len(results) == 1 else frozenset()
-        for index, element in zip(results, elements):
+        attributes = op.attributes
+        open_note = attributes[OPEN_DIMS] if OPEN_DIMS in attributes else None
+        priority_note = attributes[PRIORITIES] if PRIORITIES in attributes else None
+        opened = False
+        for position, (index, element) in enumerate(zip(results, elements)):
             if index == NO_VALUE or element.kind == "unknown":
                 continue
             try:
@@ -299,10 +308,14 @@ class _Graph:
             except ShardingError as error:
                 diagnostics.error(op.location, f"op '{op.name}': {error.message}")
                 continue
+            open_dims = read_open_dims(open_note, position) if open_note is not None \
+                else frozenset()
             if open_dims:
                 sharding = _opened(sharding, open_dims)
-                self.refined_ops.append((op, index))
-            self.pins.append((index, sharding, label))
+                opened = True
+            self.pins.append((index, sharding, label, read_priorities(priority_note, position)))
+        if opened:
+            self.refined_ops.append((op, results))
 
     def _replicate_unknown(self, op: ir.Operation) -> None:
         diagnostics.warning(op.location, f"no sharding rule for '{op.name}': its results are "
@@ -312,10 +325,11 @@ class _Graph:
             if index != NO_VALUE:
                 rank = len(self.shapes[index])
                 self.pins.append((index, Sharding.replicated(self.mesh, rank),
-                                  f"the fallback for '{op.name}', which has no rule"))
+                                  f"the fallback for '{op.name}', which has no rule", {}))
         self.unruled.append((op, indices))
 
-    def _add_tie(self, a: int, b: int, op: ir.Operation | None) -> None:
+    def _add_tie(self, a: int, b: int, op: ir.Operation | None,
+                 directions: str = "both") -> None:
         if a == NO_VALUE or b == NO_VALUE or self.shapes[a] != self.shapes[b]:
             return
         shape = self.shapes[a]
@@ -323,8 +337,16 @@ class _Graph:
         for dim, size in enumerate(shape):
             builder.factor(size, FactorKind.PASS_THROUGH, [dim], [dim])
         self.nodes.append(Node(builder.build(UnreducedFlow.NONE), [a], [b], "tie",
-                               is_tie=True))
+                               is_tie=True, directions=directions))
         self.node_ops.append(op)
+
+    def _join_group(self, group: int, value: ir.Value, op: ir.Operation) -> None:
+        """Tie `value` to the first value of its sharding group (Shardy's shard_as)."""
+        index = self._value(value, None)
+        first = self.groups.setdefault(group, index)
+        if first != index:
+            self._add_tie(first, index, None)
+        self.group_ops.append(op)
 
     # ---------------------------------------------------------------- write
 
@@ -336,8 +358,9 @@ class _Graph:
             if not annotated or index in self.refined:
                 sharding = solver.sharding(index).reduced()
                 updates.append((value, MHLO_SHARDING, sharding_attr(sharding, context)))
-            if value.get(OPEN_DIMS) is not None:
-                updates.append((value, OPEN_DIMS, None))
+            for note in (OPEN_DIMS, PRIORITIES):
+                if value.get(note) is not None:
+                    updates.append((value, note, None))
         set_attrs(updates)
         for node_index, (node, op) in enumerate(zip(self.nodes, self.node_ops)):
             if node.is_tie or op is None or not op.results:
@@ -345,9 +368,13 @@ class _Graph:
             if is_sharding_constraint(op) or MHLO_SHARDING in op.attributes:
                 continue
             op.attributes[MHLO_SHARDING] = self._result_attr(node.results, context)
-        for op, index in self.refined_ops:
-            op.attributes[MHLO_SHARDING] = self._result_attr([index], context)
-            del op.attributes[OPEN_DIMS]
+        for op, indices in self.refined_ops:
+            op.attributes[MHLO_SHARDING] = self._result_attr(indices, context)
+        for op in self.node_ops:
+            if op is not None:
+                for note in (OPEN_DIMS, PRIORITIES):
+                    if note in op.attributes:
+                        del op.attributes[note]
         # Every value has a sharding: an op with no rule, its pinned replicated.
         for op, indices in self.unruled:
             if op.results and MHLO_SHARDING not in op.attributes:
@@ -357,9 +384,26 @@ class _Graph:
                 results = [self.ids.get(r, NO_VALUE) for r in op.results]
                 op.attributes[MHLO_SHARDING] = self._result_attr(results, context)
         self._insert_reshards(module)
+        self._lower_controls()
         write_mesh(module, mesh)
         if explain or origins:
             self._explain(explain, origins)
+
+    def _lower_controls(self) -> None:
+        """Shardy's propagation controls have done their work: a sharding group
+        goes, and a barrier becomes the constraint its result's sharding is
+        (what Shardy's export leaves of both)."""
+        for op in self.group_ops:
+            op.erase()
+        for op in self._tie_ops():
+            if op.name != "sdy.propagation_barrier":
+                continue
+            with ir.InsertionPoint(op), op.location:
+                call = stablehlo.CustomCallOp([op.results[0].type], [op.operands[0]],
+                                              SHARDING_TARGET)
+            call.operation.attributes[MHLO_SHARDING] = op.attributes[MHLO_SHARDING]
+            op.results[0].replace_all_uses_with(call.results[0])
+            op.erase()
 
     def _result_attr(self, results: list[int], context) -> ir.Attribute:
         shardings = [self.solver.sharding(r) if r != NO_VALUE else None for r in results]

@@ -59,3 +59,127 @@ func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a
   %1 = stablehlo.add %0, %arg0 : tensor<8x8xf32>
   return %1 : tensor<8x8xf32>
 }
+
+// -----
+
+// Priorities order propagation: the p0 split of %arg1's columns reaches the
+// sum first and takes "a"; %arg0's p1 row split is held back until then and
+// finds "a" taken.  Without the priorities the rows would win (the next
+// case), so the note that carries them past XLA's text is what decides.
+
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[1,2,2]<=[4] last_tile_dim_replicate}"})
+// CHECK: %[[SUM:.*]] = stablehlo.add %arg0, %arg1 {mhlo.sharding = "{devices=[1,2,2]<=[4] last_tile_dim_replicate}"}
+// CHECK-NOT: spmd.priorities
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a", ?}p1, {?}]>},
+                %arg1: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{?}, {"a", ?}p0]>}) -> tensor<8x8xf32> {
+  %0 = stablehlo.add %arg0, %arg1 : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @main
+// CHECK: %[[SUM:.*]] = stablehlo.add %arg0, %arg1 {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a", ?}, {?}]>},
+                %arg1: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{?}, {"a", ?}]>}) -> tensor<8x8xf32> {
+  %0 = stablehlo.add %arg0, %arg1 : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+// A propagation barrier lets a sharding through in the directions it allows
+// only.  FORWARD: %arg0's split reaches the barrier's result, the result's
+// pinned column split never reaches %arg0's open dims.  The barrier has done
+// its work once propagation is over: it leaves as the constraint its result's
+// sharding is, where the partitioner will reshard.
+
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: %arg0: tensor<8x8xf32> {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+// CHECK: %[[NEG:.*]] = stablehlo.negate %arg0 {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+// CHECK-NEXT: %[[B:.*]] = stablehlo.custom_call @Sharding(%[[NEG]]) {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK-NEXT: %[[ABS:.*]] = stablehlo.abs %[[B]] {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK-NOT: sdy.propagation_barrier
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a", ?}, {?}]>})
+    -> (tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a", ?}, {"b", ?}]>}) {
+  %0 = stablehlo.negate %arg0 : tensor<8x8xf32>
+  %1 = sdy.propagation_barrier %0 allowed_direction=FORWARD : tensor<8x8xf32>
+  %2 = stablehlo.abs %1 : tensor<8x8xf32>
+  return %2 : tensor<8x8xf32>
+}
+
+// -----
+
+// BACKWARD: the result's split reaches the operand, and NONE stops both ways
+// (%arg1 stays replicated although its barrier's result is split).
+
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: %arg0: tensor<8x8xf32> {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK-SAME: %arg1: tensor<8x8xf32> {mhlo.sharding = "{replicated}"}
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32>, %arg1: tensor<8x8xf32>)
+    -> (tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {"b"}]>},
+        tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {"b"}]>}) {
+  %0 = sdy.propagation_barrier %arg0 allowed_direction=BACKWARD : tensor<8x8xf32>
+  %1 = sdy.propagation_barrier %arg1 allowed_direction=NONE : tensor<8x8xf32>
+  return %0, %1 : tensor<8x8xf32>, tensor<8x8xf32>
+}
+
+// -----
+
+// A sharding group (what jax's shard_alike lowers to) gives its members one
+// sharding, though no op connects them: %arg1's negation takes the split of
+// %arg0's.  The group op itself is gone once propagation is over.
+
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: %arg1: tensor<8x8xf32> {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"}
+// CHECK: %[[A:.*]] = stablehlo.negate %arg0 {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"}
+// CHECK-NEXT: %[[B:.*]] = stablehlo.negate %arg1 {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"}
+// CHECK-NOT: sdy.sharding_group
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"b"}]>},
+                %arg1: tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+  %0 = stablehlo.negate %arg0 : tensor<8x8xf32>
+  sdy.sharding_group %0 group_id=3 : tensor<8x8xf32>
+  %1 = stablehlo.negate %arg1 : tensor<8x8xf32>
+  sdy.sharding_group %1 group_id=3 : tensor<8x8xf32>
+  return %0, %1 : tensor<8x8xf32>, tensor<8x8xf32>
+}
+
+// -----
+
+// An sdy.reshard in the input says where a value must be laid out: it is a
+// sharding constraint.  A mesh nothing refers to (here one of another size)
+// is dropped, and a sharding on the empty mesh <[]> is replicated.
+
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: %arg1: tensor<8x8xf32> {mhlo.sharding = "{replicated}"}
+// CHECK: %[[R:.*]] = stablehlo.custom_call @Sharding(%arg0) {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"}
+// CHECK-NEXT: %[[S:.*]] = stablehlo.add %[[R]], %arg1 {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}"}
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+sdy.mesh @unused = <["c"=8]>
+sdy.mesh @empty = <[]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {}]>},
+                %arg1: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@empty, [{}, {}]>}) -> tensor<8x8xf32> {
+  %0 = sdy.reshard %arg0 <@mesh, [{}, {"b"}]> : tensor<8x8xf32>
+  %1 = stablehlo.add %0, %arg1 : tensor<8x8xf32>
+  return %1 : tensor<8x8xf32>
+}
+
+// -----
+
+// An op's own sdy sharding with an open dim is a start, not a pin: the open
+// dim takes the column split its operand brings.
+
+// CHECK-LABEL: func.func @main
+// CHECK: %[[N:.*]] = stablehlo.negate %arg0 {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK-NOT: spmd.open_dims
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"b"}]>}) -> tensor<8x8xf32> {
+  %0 = stablehlo.negate %arg0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"a"}, {?}]>]>} : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
