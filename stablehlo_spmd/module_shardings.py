@@ -426,13 +426,17 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
     if not meshes and not _uses_shardy(module):
         return None
     used = _referenced_meshes(module, meshes)
-    full = {m for name, m in meshes.items() if isinstance(m, Mesh) and name in used}
+    full: dict[Mesh, ir.Location] = {}
+    for op in mesh_ops:
+        found = meshes[ir.StringAttr(op.attributes["sym_name"]).value]
+        if isinstance(found, Mesh) and ir.StringAttr(op.attributes["sym_name"]).value in used:
+            full.setdefault(found, op.location)
     if len(full) > 1:
         raise ShardingError(
             "the module's shardings use several different sdy meshes "
             f"({', '.join(str(m) for m in full)}); stablehlo-spmd works on one mesh per module",
-            None)
-    mesh = full.pop() if full else None
+            list(full.values())[1])
+    mesh = next(iter(full), None)
 
     updates = []
     for value in all_values_with(module, SDY_SHARDING):

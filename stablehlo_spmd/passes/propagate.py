@@ -345,6 +345,13 @@ class _Graph:
         index = self._value(value, None)
         first = self.groups.setdefault(group, index)
         if first != index:
+            if self.shapes[first] != self.shapes[index]:
+                # One sharding cannot fit both: Shardy's verifier refuses this too.
+                diagnostics.error(op.location, f"sharding group {group} holds values of "
+                                  f"different shapes ({_shape_text(self.shapes[first])} and "
+                                  f"{_shape_text(self.shapes[index])}); its values must share "
+                                  "one sharding")
+                self.ok = False
             self._add_tie(first, index, None)
         self.group_ops.append(op)
 
@@ -483,6 +490,10 @@ class _Graph:
                 diagnostics.remark(op.location, text)
             if origins:
                 op.attributes["spmd.origin"] = ir.StringAttr.get(text, op.context)
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(str(n) for n in shape) or "scalar"
 
 
 def _fixed(text: str):
