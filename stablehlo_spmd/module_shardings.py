@@ -436,6 +436,8 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
             "the module's shardings use several different sdy meshes "
             f"({', '.join(str(m) for m in full)}); stablehlo-spmd works on one mesh per module",
             list(full.values())[1])
+    if not full:
+        full = _declared_mesh(mesh_ops, meshes)
     mesh = next(iter(full), None)
 
     updates = []
@@ -466,6 +468,41 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
     if mesh is not None:
         write_mesh(module, mesh)
     return mesh
+
+
+def refuse_manual_regions(module: ir.Operation) -> None:
+    """Refuse a manual region before `import_shardy` erases the meshes it
+    names, which would only make the verifier complain of an unknown mesh."""
+    found = []
+
+    def visit(op):
+        if op.name == "sdy.manual_computation":
+            found.append(op.location)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    if found:
+        raise ShardingError("sdy.manual_computation (what jax.shard_map lowers to) is not "
+                            "supported yet: stablehlo-spmd cannot keep a manual region as it is",
+                            found[0])
+
+
+def _declared_mesh(mesh_ops, meshes) -> dict[Mesh, ir.Location]:
+    """The mesh of a module whose shardings name none: the one full mesh it
+    declares, else one over the devices its maximal meshes name (a maximal
+    mesh is one more mesh over the same devices)."""
+    full: dict[Mesh, ir.Location] = {}
+    for op in mesh_ops:
+        found = meshes[ir.StringAttr(op.attributes["sym_name"]).value]
+        if isinstance(found, Mesh):
+            full.setdefault(found, op.location)
+    if len(full) == 1:
+        return full
+    devices = [m for m in meshes.values() if isinstance(m, int)]
+    if not full and devices:
+        return {Mesh.from_axes([("devices", max(devices) + 1)]): mesh_ops[0].location}
+    return {}
 
 
 def _referenced_meshes(module: ir.Operation, meshes) -> set[str]:

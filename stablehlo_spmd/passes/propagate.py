@@ -36,7 +36,7 @@ from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue, function_values,
     functions, import_shardy, is_sharding_constraint, module_mesh, read_hlo, read_open_dims,
-    read_priorities, set_attrs,
+    read_priorities, refuse_manual_regions, set_attrs,
     sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
@@ -62,7 +62,13 @@ class PropagatePass(ModulePass):
             diagnostics.error(module.location, f"unknown propagation engine '{self.engine}' "
                               "(expected 'spmd' or 'shardy')")
             return
-        import_shardy(module)
+        try:
+            if self.engine == "spmd":  # Shardy's engine reads manual regions itself
+                refuse_manual_regions(module)
+            import_shardy(module)
+        except ShardingError as error:
+            diagnostics.error(error.location or module.location, error.message)
+            return
         untuple_custom_calls(module)
         try:
             mesh = module_mesh(module)

@@ -183,3 +183,29 @@ func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{},
   %0 = stablehlo.negate %arg0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"a"}, {?}]>]>} : tensor<8x8xf32>
   return %0 : tensor<8x8xf32>
 }
+
+// -----
+
+// A module whose only mesh is a maximal one runs over the devices that mesh
+// names: a one-axis mesh of two devices here, device 1 owning the argument.
+
+// CHECK: module attributes {mhlo.num_partitions = 2 : i32, spmd.mesh = #sdy.mesh<["devices"=2]>}
+// CHECK: %arg0: tensor<8x8xf32> {mhlo.sharding = "{maximal device=1}"}
+sdy.mesh @maximal_mesh = <[], device_ids=[1]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@maximal_mesh, []>}) -> tensor<8x8xf32> {
+  %0 = stablehlo.negate %arg0 : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+// A module that declares one mesh and shards nothing with it still runs on
+// that mesh: every value replicated.
+
+// CHECK: module attributes {mhlo.num_partitions = 4 : i32, spmd.mesh = #sdy.mesh<["a"=2, "b"=2]>}
+// CHECK: %[[N:.*]] = stablehlo.negate %arg0 {mhlo.sharding = "{replicated}"}
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = stablehlo.negate %arg0 : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
