@@ -425,12 +425,7 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
             mesh_ops.append(op.operation)
     if not meshes and not _uses_shardy(module):
         return None
-    used = _referenced_meshes(module, meshes)
-    full: dict[Mesh, ir.Location] = {}
-    for op in mesh_ops:
-        found = meshes[ir.StringAttr(op.attributes["sym_name"]).value]
-        if isinstance(found, Mesh) and ir.StringAttr(op.attributes["sym_name"]).value in used:
-            full.setdefault(found, op.location)
+    full = _full_meshes(mesh_ops, meshes, _referenced_meshes(module, meshes))
     if len(full) > 1:
         raise ShardingError(
             "the module's shardings use several different sdy meshes "
@@ -470,6 +465,28 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
     return mesh
 
 
+def export_propagation_controls(module: ir.Operation) -> None:
+    """What Shardy's export leaves of its propagation controls once propagation
+    is over: a sharding group goes, and a barrier becomes the constraint its
+    result's sharding (written by propagation) is."""
+    found = []
+
+    def visit(op):
+        if op.name in ("sdy.sharding_group", "sdy.propagation_barrier"):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for op in found:
+        if op.name == "sdy.propagation_barrier":
+            with ir.InsertionPoint(op), op.location:
+                call = stablehlo.CustomCallOp([op.results[0].type], [op.operands[0]],
+                                              SHARDING_TARGET)
+            call.operation.attributes[MHLO_SHARDING] = op.attributes[MHLO_SHARDING]
+            op.results[0].replace_all_uses_with(call.results[0])
+        op.erase()
+
+
 def refuse_manual_regions(module: ir.Operation) -> None:
     """Refuse a manual region before `import_shardy` erases the meshes it
     names, which would only make the verifier complain of an unknown mesh."""
@@ -492,11 +509,7 @@ def _declared_mesh(mesh_ops, meshes) -> dict[Mesh, ir.Location]:
     """The mesh of a module whose shardings name none: the one full mesh it
     declares, else one over the devices its maximal meshes name (a maximal
     mesh is one more mesh over the same devices)."""
-    full: dict[Mesh, ir.Location] = {}
-    for op in mesh_ops:
-        found = meshes[ir.StringAttr(op.attributes["sym_name"]).value]
-        if isinstance(found, Mesh):
-            full.setdefault(found, op.location)
+    full = _full_meshes(mesh_ops, meshes, set(meshes))
     if len(full) == 1:
         return full
     devices = [m for m in meshes.values() if isinstance(m, int)]
@@ -505,12 +518,21 @@ def _declared_mesh(mesh_ops, meshes) -> dict[Mesh, ir.Location]:
     return {}
 
 
+def _full_meshes(mesh_ops, meshes, names: set[str]) -> dict[Mesh, ir.Location]:
+    """The distinct meshes with axes among those declared as `names`, each
+    with where it is first declared."""
+    full: dict[Mesh, ir.Location] = {}
+    for op in mesh_ops:
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if isinstance(meshes[name], Mesh) and name in names:
+            full.setdefault(meshes[name], op.location)
+    return full
+
+
 def _referenced_meshes(module: ir.Operation, meshes) -> set[str]:
     """The names of the declared meshes that some sharding in `module` refers to."""
     used: set[str] = set()
-    text_of = {}
-    for name in meshes:
-        text_of[name] = f"@{name},"
+    text_of = {name: f"@{name}," for name in meshes}
     # Sharding attributes nest in ops of every kind (per-value shardings,
     # constraints, manual computations): the printed attribute is the one
     # place they all show their mesh reference.

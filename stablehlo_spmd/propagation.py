@@ -169,23 +169,20 @@ class Propagator:
             list(sharding.dim_axes), sharding.unreduced, sharding.reduction,
             frozenset(range(rank)) - sharding.open_dims, pinned=True)
         self.origins[value] = Origin(annotation=annotation)
+        state = self.states[value]
         for dim, priority in (priorities or {}).items():
-            if priority > 0 and dim < rank and sharding.dim_axes[dim]:
-                self.held.append((priority, value, dim, sharding.dim_axes[dim],
-                                  dim not in sharding.open_dims))
+            axes = sharding.dim_axes[dim] if dim < rank else ()
+            if priority > 0 and axes:
+                self.held.append((priority, value, dim, axes, dim not in sharding.open_dims))
+                state.dims[dim] = ()
+                state.closed_dims = state.closed_dims | {dim}
+                state.reserved = state.reserved | set(axes)
 
     # ---------------------------------------------------------------- run
 
     def run(self) -> None:
         """Propagate, one round of every stage per user priority (Shardy's
         user-priority propagation wraps its op-priority stages the same way)."""
-        for value in {value for _, value, _, _, _ in self.held}:
-            self.states[value].reserved = frozenset(
-                a for _, v, _, axes, _ in self.held if v == value for a in axes)
-        for _, value, dim, _, _ in self.held:
-            state = self.states[value]
-            state.dims[dim] = ()
-            state.closed_dims = state.closed_dims | {dim}
         rounds = sorted({priority for priority, *_ in self.held} | {0})
         for priority in rounds:
             self._release(priority)

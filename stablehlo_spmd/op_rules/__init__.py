@@ -156,9 +156,11 @@ class RuleBuilder:
 
 RuleFn = Callable[[ir.Operation], "OpRule | None"]
 TiesFn = Callable[[ir.Operation], "list[tuple[ir.Value, ir.Value]]"]
+GroupFn = Callable[[ir.Operation], "tuple[int, ir.Value]"]
 
 _RULES: dict[str, RuleFn] = {}
 _TIES: dict[str, TiesFn] = {}
+_GROUPS: dict[str, GroupFn] = {}
 _SIGNATURES: dict[str, Callable[[ir.Operation], object]] = {}
 
 
@@ -190,6 +192,16 @@ def register_ties(*op_names: str):
     def decorate(fn: TiesFn) -> TiesFn:
         for name in op_names:
             _TIES[name] = fn
+        return fn
+    return decorate
+
+
+def register_group(*op_names: str):
+    """Decorator: `fn(op) -> (group id, value)` for ops that put a value in a
+    sharding group, whose values all share one sharding wherever they are."""
+    def decorate(fn: GroupFn) -> GroupFn:
+        for name in op_names:
+            _GROUPS[name] = fn
         return fn
     return decorate
 
@@ -235,8 +247,14 @@ def has_ties(op_name: str) -> bool:
     return op_name in _TIES
 
 
+def group_of(op: ir.Operation) -> tuple[int, ir.Value] | None:
+    """(group id, value) when `op` puts a value in a sharding group."""
+    fn = _GROUPS.get(op.name)
+    return fn(op) if fn is not None else None
+
+
 def has_rule(op_name: str) -> bool:
-    return op_name in _RULES or op_name in _TIES
+    return op_name in _RULES or op_name in _TIES or op_name in _GROUPS
 
 
 # ------------------------------------------------------------- shared bits

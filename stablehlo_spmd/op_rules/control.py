@@ -9,7 +9,7 @@ sharding constraints are identities op by op.
 Shardy's propagation controls are ties too: ``sdy.propagation_barrier`` ties
 its operand to its result in the directions it allows, and the values of one
 ``sdy.sharding_group`` are tied to each other wherever they are
-(`sharding_group`), as Shardy's ``shard_as`` gives them one sharding.
+(`register_group`), as Shardy's ``shard_as`` gives them one sharding.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from jaxlib.mlir.dialects import sdy
 
 from stablehlo_spmd.module_shardings import is_sharding_constraint
 from stablehlo_spmd.op_rules import (
-    FactorKind, OpRule, RuleBuilder, UnreducedFlow, register, register_ties)
+    FactorKind, OpRule, RuleBuilder, UnreducedFlow, register, register_group, register_ties)
 from stablehlo_spmd.op_rules.indexing import top_k_rule
 from stablehlo_spmd.shapes import shape_of
 
@@ -192,15 +192,8 @@ def _propagation_barrier_ties(op: ir.Operation):
     return [(op.operands[0], op.results[0], direction)]
 
 
-@register_ties("sdy.sharding_group")
-def _sharding_group_ties(op: ir.Operation):
-    return []  # a group ties values across the module: see `sharding_group`
-
-
-def sharding_group(op: ir.Operation) -> tuple[int, ir.Value] | None:
-    """(group id, value) of an ``sdy.sharding_group`` op; None for any other op."""
-    if op.name != "sdy.sharding_group":
-        return None
+@register_group("sdy.sharding_group")
+def _sharding_group(op: ir.Operation):
     return ir.IntegerAttr(op.attributes["group_id"]).value, op.operands[0]
 
 

@@ -34,8 +34,8 @@ from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue, function_values,
-    functions, import_shardy, is_sharding_constraint, module_mesh, read_hlo, read_open_dims,
+    MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue,
+    export_propagation_controls, function_values, functions, import_shardy, is_sharding_constraint, module_mesh, read_hlo, read_open_dims,
     read_priorities, refuse_manual_regions, set_attrs,
     sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
@@ -114,7 +114,6 @@ class _Graph:
         self._summed_values: dict[tuple, ir.Value] = {}  # (partial value, layout) -> its sum
         self.functions: dict[str, ir.Operation] = {}
         self.groups: dict[int, int] = {}    # sharding group id -> its first value
-        self.group_ops: list[ir.Operation] = []
         self.added: set[str] = set()        # functions whose nodes are in
         self.ok = True                      # False once an annotation failed to read
 
@@ -269,9 +268,10 @@ class _Graph:
         if op_rules.has_ties(name):
             for a, b, *direction in op_rules.tied_values(op):
                 self._add_tie(self._value(a, None), self._value(b, None), op, *direction)
-            group = op_rules.control.sharding_group(op)
-            if group is not None:
-                self._join_group(*group, op)
+        group = op_rules.group_of(op)
+        if group is not None:
+            self._join_group(*group, op)
+            return
         rule = op_rules.rule_for(op)
         if rule is None:
             if not op_rules.has_rule(name) or name == "stablehlo.custom_call":
@@ -359,7 +359,6 @@ class _Graph:
                                   "one sharding")
                 self.ok = False
             self._add_tie(first, index, None)
-        self.group_ops.append(op)
 
     # ---------------------------------------------------------------- write
 
@@ -383,7 +382,7 @@ class _Graph:
             op.attributes[MHLO_SHARDING] = self._result_attr(node.results, context)
         for op, indices in self.refined_ops:
             op.attributes[MHLO_SHARDING] = self._result_attr(indices, context)
-        for op in self.node_ops:
+        for op in [*self.node_ops, *(op for op, _ in self.unruled)]:
             if op is not None:
                 for note in (OPEN_DIMS, PRIORITIES):
                     if note in op.attributes:
@@ -397,26 +396,10 @@ class _Graph:
                 results = [self.ids.get(r, NO_VALUE) for r in op.results]
                 op.attributes[MHLO_SHARDING] = self._result_attr(results, context)
         self._insert_reshards(module)
-        self._lower_controls()
+        export_propagation_controls(module)
         write_mesh(module, mesh)
         if explain or origins:
             self._explain(explain, origins)
-
-    def _lower_controls(self) -> None:
-        """Shardy's propagation controls have done their work: a sharding group
-        goes, and a barrier becomes the constraint its result's sharding is
-        (what Shardy's export leaves of both)."""
-        for op in self.group_ops:
-            op.erase()
-        for op in self._tie_ops():
-            if op.name != "sdy.propagation_barrier":
-                continue
-            with ir.InsertionPoint(op), op.location:
-                call = stablehlo.CustomCallOp([op.results[0].type], [op.operands[0]],
-                                              SHARDING_TARGET)
-            call.operation.attributes[MHLO_SHARDING] = op.attributes[MHLO_SHARDING]
-            op.results[0].replace_all_uses_with(call.results[0])
-            op.erase()
 
     def _result_attr(self, results: list[int], context) -> ir.Attribute:
         shardings = [self.solver.sharding(r) if r != NO_VALUE else None for r in results]
