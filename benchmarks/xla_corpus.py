@@ -29,7 +29,7 @@ HLO module in it:
    precision (1e-4 at 32 bits, 2e-2 at 16) relative to each value and to the
    result's largest magnitude.  Modules whose largest tensor is over 48 MiB,
    or whose results one device cannot reproduce (infeed, outfeed, random
-   numbers, partition-id, their own collectives), are compiled and counted
+   numbers, partition-id, their own collectives, a manual region), are compiled and counted
    but not run ("unrun").  Where ours differs, XLA's own partitioning runs
    on the same inputs: if it differs from one device too, the inputs broke a
    promise of the module (overlapping ``unique_indices``, say) and the
@@ -384,6 +384,10 @@ def _why_not_run(hlo: str, text: str) -> str | None:
                       if opcode.removesuffix("-start") in _NOT_ON_ONE_DEVICE})
     if opcodes:
         return f"not comparable with one device ({', '.join(opcodes)}): compiled and counted"
+    if re.search(r'custom_call_target="SPMD(FullToShard|ShardToFull)Shape"', hlo):
+        # Inside a manual region each device computes on its own block:
+        # there is no one-device program to hold it against.
+        return "not comparable with one device (a manual region): compiled and counted"
     if _largest_tensor_bytes(text) > RUN_LIMIT_BYTES:
         return f"a tensor over {RUN_LIMIT_BYTES // 2**20} MiB: compiled and counted, not run"
     return None

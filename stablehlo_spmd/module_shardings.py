@@ -78,7 +78,19 @@ SDY_SHARDING = "sdy.sharding"
 NUM_PARTITIONS = "mhlo.num_partitions"
 MESH_ATTR = "spmd.mesh"
 RESULT_INFO = "jax.result_info"
+FULL_TO_SHARD = "SPMDFullToShardShape"
+SHARD_TO_FULL = "SPMDShardToFullShape"
 SHARDING_TARGET = "Sharding"
+
+
+def is_manual_boundary(op: ir.Operation) -> bool:
+    """Whether `op` enters or leaves a manual region in GSPMD's spelling:
+    ``custom_call @SPMDFullToShardShape`` (its result is each device's own
+    block, manual) or ``@SPMDShardToFullShape`` (the blocks made one global
+    value again)."""
+    return (op.name == "stablehlo.custom_call"
+            and ir.StringAttr(op.attributes["call_target_name"]).value in (FULL_TO_SHARD,
+                                                                           SHARD_TO_FULL))
 
 
 def is_sharding_constraint(op: ir.Operation) -> bool:

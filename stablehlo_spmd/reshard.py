@@ -115,12 +115,20 @@ def plan(source: Sharding, target: Sharding, shape: Sequence[int], element_bytes
          warn_bytes: float = DEFAULT_WARN_BYTES) -> list[Step]:
     """The cheapest list of steps turning `source` into `target` for a tensor of `shape`.
 
-    Raises `ReshardError` when no plan exists: different meshes or manual
-    axes, a maximal sharding on one side only, or a target with unreduced
+    Raises `ReshardError` when no plan exists: different meshes, manual
+    axes that the target does not keep, a maximal sharding on one side only, or a target with unreduced
     axes (or another reduction) that the source does not have.  Plans are
     cached by their arguments (shardings are values).
     """
     shape = tuple(int(n) for n in shape)
+    if target.manual and not source.manual:
+        # A value read inside a manual region: each device's copy is its own
+        # value there, so the value only has to arrive in the target's free
+        # layout, its manual axes holding it whole (XLA broadcasts a
+        # non-manual operand into a manual region the same way).
+        free = dataclasses.replace(target, manual=())
+        steps = plan(source, free, shape, element_bytes, warn_bytes)
+        return steps[:-1] + [dataclasses.replace(steps[-1], result=target)] if steps else []
     _check_plannable(source, target, shape)
     if source.is_maximal or target.is_maximal:
         return _owner_plan(source, target, shape, int(element_bytes), float(warn_bytes))

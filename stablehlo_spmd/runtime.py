@@ -866,10 +866,30 @@ def _hlo_shardings(protos, count: int) -> list:
     if len(protos) == 1 and count != 1 and protos[0] is not None and \
             protos[0].type == xc.OpSharding.Type.TUPLE:
         protos = list(protos[0].tuple_shardings)
-    shardings = [None if p is None else xc.HloSharding.from_proto(p) for p in protos]
+    shardings = [None if p is None else _manual_as_replicated(xc.HloSharding.from_proto(p))
+                 for p in protos]
     if len(shardings) != count:
         return [None] * count if not shardings else shardings + [None] * (count - len(shardings))
     return shardings
+
+
+def _manual_as_replicated(hlo):
+    """A manual sharding at the boundary as jax can hold it: each device's
+    buffer has the shape of the manual layout with its manual axes read as
+    replicated, so a caller's global array reaches every manual instance
+    whole, and a manual result comes back as the first instance's value
+    (jax has no manual array; each instance's own is not recoverable)."""
+    from jaxlib import xla_client as xc
+
+    from stablehlo_spmd.hlo_sharding import HloSharding, parse_hlo_sharding
+
+    if hlo.is_manual():
+        return xc.HloSharding.replicate()
+    if not hlo.is_tiled() or xc.OpSharding.Type.MANUAL not in hlo.subgroup_types():
+        return hlo
+    ours = parse_hlo_sharding(str(hlo))
+    kinds = tuple("replicated" if k == "manual" else k for k in ours.subgroup_kinds)
+    return xc.HloSharding.from_string(str(HloSharding.tiled(ours.tile, kinds)))
 
 
 def _device_order(sharding) -> tuple:

@@ -207,6 +207,18 @@ class Sharding:
     def with_dim_axes(self, dim_axes: Sequence[Sequence[str]]) -> "Sharding":
         return dataclasses.replace(self, dim_axes=tuple(tuple(a) for a in dim_axes))
 
+    def in_manual(self, axes: Sequence[str]) -> "Sharding":
+        """This layout inside a manual region over `axes` (XLA's manual
+        subgroup, Shardy's manual_computation): those axes leave the dims and
+        become manual.  Inside the region each device holds its own value,
+        so a manual axis neither splits nor reduces."""
+        manual = tuple(axes)
+        if self.is_maximal or manual == self.manual:
+            return self
+        return dataclasses.replace(
+            self, dim_axes=tuple(tuple(a for a in d if a not in manual) for d in self.dim_axes),
+            unreduced=tuple(a for a in self.unreduced if a not in manual), manual=manual)
+
     def reduced(self) -> "Sharding":
         """The sharding of the full value once the pending reduction is done:
         the same dims, no unreduced axes (what crosses a function or region

@@ -19,7 +19,7 @@ import math
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from stablehlo_spmd.module_shardings import is_sharding_constraint
+from stablehlo_spmd.module_shardings import is_manual_boundary, is_sharding_constraint
 from stablehlo_spmd.op_rules import (
     FactorKind, OpRule, RuleBuilder, UnreducedFlow, register, register_group, register_ties)
 from stablehlo_spmd.op_rules.indexing import top_k_rule
@@ -85,15 +85,37 @@ def _custom_call(op: ir.Operation):
       `sharding_rule_factors`;
     * a target in `_TARGET_RULES` (XLA's ``@TopK``): that target's rule.
 
+    * the edge of a manual region (`_manual_boundary`);
+
     Other custom calls are opaque: no rule, so they are replicated with a
     warning.
     """
     if is_sharding_constraint(op):
         return _constraint(op)
+    if is_manual_boundary(op):
+        return _manual_boundary(op)
     if SHARDING_RULE in op.attributes:
         return sharding_rule_factors(op)
     known = _TARGET_RULES.get(ir.StringAttr(op.attributes["call_target_name"]).value)
     return known(op) if known is not None else None
+
+
+def _manual_boundary(op: ir.Operation):
+    """``@SPMDFullToShardShape`` / ``@SPMDShardToFullShape``: no sharding
+    crosses them.  Each side's dims are factors of their own, since the two
+    sides are different tensors (a device's block and the global value), and
+    both sides carry the user's shardings, as XLA requires; the partitioner
+    lines them up (`partitioning.basic`)."""
+    if len(op.operands) != 1 or len(op.results) != 1:
+        return None
+    operand, result = shape_of(op.operands[0]), shape_of(op.results[0])
+    if operand is None or result is None or len(operand) != len(result):
+        return None
+    builder = RuleBuilder([len(operand)], [len(result)])
+    for dim, (outer, inner) in enumerate(zip(operand, result)):
+        builder.factor(outer, FactorKind.PASS_THROUGH, [dim], [None])
+        builder.factor(inner, FactorKind.PASS_THROUGH, [None], [dim])
+    return builder.build(UnreducedFlow.NONE)
 
 
 def sharding_rule_factors(op: ir.Operation):

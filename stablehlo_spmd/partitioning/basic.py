@@ -10,8 +10,8 @@ the sharding constraints that only say where a value should live.
   constrained sharding (`Partitioner.to`) and forwards it: this is where a
   marked reshard's all-reduce or reduce-scatter is emitted.
 
-Custom calls share one entry in the strategy table: besides constraints,
-a call carrying an ``sdy.sharding_rule`` runs by that rule, and one to a
+Custom calls share one entry in the strategy table: besides constraints
+and the edges of manual regions (`partitioning.manual`), a call carrying an ``sdy.sharding_rule`` runs by that rule, and one to a
 target this project knows (XLA's ``@TopK``: `sorting.TOP_K_CALL`) takes
 that target's strategy; any other runs replicated.
 """
@@ -21,8 +21,10 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as hlo
 
-from stablehlo_spmd.module_shardings import MHLO_SHARDING, is_sharding_constraint
+from stablehlo_spmd.module_shardings import (
+    MHLO_SHARDING, is_manual_boundary, is_sharding_constraint)
 from stablehlo_spmd.op_rules.control import SHARDING_RULE
+from stablehlo_spmd.partitioning.manual import MANUAL_BOUNDARY
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.sorting import TOP_K_CALL
 from stablehlo_spmd.partitioning.strategy import RULE_DRIVEN, Plan, Strategy, strategy
@@ -121,11 +123,13 @@ _BY_TARGET = {"TopK": TOP_K_CALL}
 
 def _custom_call_strategy(op: ir.Operation) -> Strategy | None:
     """A custom call's strategy, chosen as its op rule is
-    (`op_rules.control`): a sharding constraint, a call with an
-    ``sdy.sharding_rule``, a target this project knows; None for an opaque
+    (`op_rules.control`): a sharding constraint, the edge of a manual region
+    (`partitioning.manual`), a call with an ``sdy.sharding_rule``, a target this project knows; None for an opaque
     call (it runs replicated)."""
     if is_sharding_constraint(op):
         return _CONSTRAINT
+    if is_manual_boundary(op):
+        return MANUAL_BOUNDARY
     if SHARDING_RULE in op.attributes:
         return _BY_SHARDING_RULE
     return _BY_TARGET.get(ir.StringAttr(op.attributes["call_target_name"]).value)

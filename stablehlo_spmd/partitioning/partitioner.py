@@ -33,16 +33,19 @@ functions outlined for calls) lives on the instance.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from jaxlib.mlir import ir
 
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.collectives import Emitter
-from stablehlo_spmd.errors import ShardingError
+from stablehlo_spmd.errors import ShardingError, SpmdError
+from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions, read_hlo)
+    MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions,
+    is_manual_boundary, read_hlo)
 from stablehlo_spmd.partitioning.skeleton import skeleton as make_skeleton
 from stablehlo_spmd.partitioning.strategy import (
     ON_OWNER, REPLICATED, RULE_DRIVEN, STRATEGIES, Plan, reshard_bytes)
@@ -122,13 +125,19 @@ class Partitioner:
     def emit(self, op: ir.Operation) -> None:
         """Emit `op`'s per-device form (see the module docstring)."""
         with op.location:
-            strategy, plan = self.choose(op)
-            self.report_gathered(op, plan)
-            results = strategy.emit_local(self, op, plan, self.operands_in(op, plan.required))
-            for old, new, produced, wanted in zip(op.results, results, plan.produced, plan.wanted):
-                self.bind(old, new, produced)
-                if produced is not None and wanted is not None:
-                    self.settle(old, wanted)
+            try:
+                strategy, plan = self.choose(op)
+                self.report_gathered(op, plan)
+                results = strategy.emit_local(self, op, plan, self.operands_in(op, plan.required))
+                for old, new, produced, wanted in zip(op.results, results, plan.produced,
+                                                      plan.wanted):
+                    self.bind(old, new, produced)
+                    if produced is not None and wanted is not None:
+                        self.settle(old, wanted)
+            except SpmdError as error:
+                if error.location is None:  # the innermost op it arose at says where
+                    error.location = source_position(op.location)
+                raise
 
     def choose(self, op: ir.Operation):
         """`op`'s strategy and its plan: on its results' one owner device
@@ -145,7 +154,28 @@ class Partitioner:
             plan = strategy.plan(self, op)
             if plan is None:
                 strategy, plan = REPLICATED, REPLICATED.plan(self, op)
-        return strategy, plan
+        return strategy, self._in_manual_region(op, plan)
+
+    def _in_manual_region(self, op: ir.Operation, plan: Plan) -> Plan:
+        """`plan` for an op inside a manual region: strategies plan over the
+        free axes only, and every layout of the op keeps the region's manual
+        axes (the axes its results are manual on, else its operands).  An
+        operand from outside the region is then read whole over them
+        (`reshard.plan`).  The boundary ops themselves plan their own."""
+        if is_manual_boundary(op):
+            return plan
+        manual = next((s.manual for s in plan.wanted if s is not None and s.manual), ())
+        if not manual:
+            manual = next((s.manual for s in map(self.shardings.get, op.operands)
+                           if s is not None and s.manual), ())
+        if not manual:
+            return plan
+
+        def lifted(layouts):
+            return [s.in_manual(manual) if s is not None else None for s in layouts]
+
+        return dataclasses.replace(plan, wanted=lifted(plan.wanted),
+                                   required=lifted(plan.required), produced=lifted(plan.produced))
 
     def operands_in(self, op: ir.Operation, layouts) -> list[ir.Value]:
         """`op`'s per-device operands in `layouts` (None: as they are); an
@@ -336,6 +366,12 @@ class Partitioner:
 
     # ------------------------------------------------------------ helpers
 
+    def _replicated_like(self, value: ir.Value) -> Sharding:
+        """Replicated, within the manual region `value` is in (if any)."""
+        replicated = Sharding.replicated(self.mesh, len(shape_of(value) or ()))
+        current = self.shardings.get(value)
+        return replicated.in_manual(current.manual) if current is not None else replicated
+
     def report_gathered(self, op: ir.Operation, plan: Plan) -> None:
         """Warn, at the op, where its plan gathers a sharded operand dimension
         and that moves at least `warn_bytes`: the user asked for it split.
@@ -399,8 +435,7 @@ class Partitioner:
                 terminator = operations[-1].operation
                 with terminator.location:
                     targets = list(yields) if yields is not None else [
-                        Sharding.replicated(self.mesh, len(shape_of(v) or ()))
-                        for v in terminator.operands]
+                        self._replicated_like(v) for v in terminator.operands]
                     ir.Operation.create(terminator.name, operands=[
                         self.to(v, s) if shape_of(v) is not None else self.local[v]
                         for v, s in zip(terminator.operands, targets)])

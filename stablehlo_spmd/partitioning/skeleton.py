@@ -30,7 +30,7 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MHLO_SHARDING, SDY_SHARDING, SHARDING_TARGET, mesh_attr_text, sdy_sharding_text, sharding_attr)
+    FULL_TO_SHARD, MHLO_SHARDING, SDY_SHARDING, SHARD_TO_FULL, SHARDING_TARGET, mesh_attr_text, sdy_sharding_text, sharding_attr)
 from stablehlo_spmd.shapes import local_type
 from stablehlo_spmd.sharding import Sharding
 
@@ -40,12 +40,14 @@ MESH_NAME = "mesh"
 def skeleton(module: ir.Operation, mesh: Mesh, old_main: ir.Operation,
              arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding]):
     """The frame for `old_main`'s per-device program: shard_map's form, or
-    GSPMD's manual form when a boundary value does not divide."""
+    GSPMD's manual form when a boundary value does not divide or is manual
+    already (a manual value has no global form to hand shard_map)."""
     entry = old_main.regions[0].blocks[0]
     result_types = ir.FunctionType(ir.TypeAttr(old_main.attributes["function_type"]).value).results
     values = [*zip((a.type for a in entry.arguments), arg_shardings),
               *zip(result_types, result_shardings)]
-    frame = ShardMapSkeleton if all(_divides(t, s) for t, s in values) else GspmdManualSkeleton
+    shard_map_form = all(_divides(t, s) and not s.manual for t, s in values)
+    frame = ShardMapSkeleton if shard_map_form else GspmdManualSkeleton
     return frame(module, mesh, old_main, arg_shardings, result_shardings)
 
 
@@ -152,19 +154,28 @@ def _custom_call(target: str, operand: ir.Value, result_type: ir.Type,
 
 
 def _to_shard(argument: ir.Value, sharding: Sharding, context: ir.Context) -> ir.Value:
-    """A global argument as its (ceil-sized) shard on each device."""
+    """A global argument as its (ceil-sized) shard on each device (a fully
+    manual one is that already)."""
+    if _fully_manual(sharding):
+        return argument
     pinned = _custom_call(SHARDING_TARGET, argument, argument.type,
                           sharding_attr(sharding, context))
-    return _custom_call("SPMDFullToShardShape", pinned, local_type(argument.type, sharding),
+    return _custom_call(FULL_TO_SHARD, pinned, local_type(argument.type, sharding),
                         cached_attr(_MANUAL, context))
 
 
 def _to_full(local: ir.Value, global_type: ir.Type, sharding: Sharding,
              context: ir.Context) -> ir.Value:
     """A per-device result as the global value sharded as `sharding`."""
+    if _fully_manual(sharding):
+        return local
     manual = _custom_call(SHARDING_TARGET, local, local.type, cached_attr(_MANUAL, context))
-    return _custom_call("SPMDShardToFullShape", manual, global_type,
+    return _custom_call(SHARD_TO_FULL, manual, global_type,
                         sharding_attr(sharding, context))
+
+
+def _fully_manual(sharding: Sharding) -> bool:
+    return bool(sharding.manual) and len(sharding.manual) == sharding.mesh.rank
 
 
 def _sharding_dicts(shardings: Sequence[Sharding], context: ir.Context) -> ir.Attribute:

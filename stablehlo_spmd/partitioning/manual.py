@@ -1,0 +1,105 @@
+"""The edges of a manual region: ``custom_call @SPMDFullToShardShape`` and
+``@SPMDShardToFullShape``, GSPMD's spelling of ``jax.shard_map`` (the import
+writes ``sdy.manual_computation`` this way too).
+
+Inside a region that is manual over axes M, each device holds its own value:
+its type is the block one device holds of the global value, and the
+partitioner splits it further only over the free axes (`Sharding.manual`;
+`Partitioner._in_manual_region` gives every op of the region its manual
+axes).  So entering a region moves nothing once the global value is laid
+out with each dim split first over the manual axes that cut it down to the
+region's type, then over the free axes the region's value is split on: the
+device's block is then the region value's block, and the op is the
+identity.  Leaving is the same in reverse, after which the global value
+moves to the sharding the user gave it.
+
+Which manual axes cut which dim is read from the global side's sharding
+where it says (XLA requires both sides annotated), else taken in mesh order
+to make up each dim's size ratio.  Like Shardy, the manual axes come first
+(major) in each dim.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from stablehlo_spmd.errors import ShardingError
+from stablehlo_spmd.module_shardings import FULL_TO_SHARD
+from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.strategy import Plan, Strategy
+from stablehlo_spmd.shapes import local_type, shape_of
+from stablehlo_spmd.sharding import Sharding
+
+
+def global_layout(outer: Sharding | None, inner: Sharding, outer_shape: tuple[int, ...],
+                  inner_shape: tuple[int, ...], manual: tuple[str, ...]) -> Sharding:
+    """The layout of the global value whose device blocks are the blocks of
+    the region value laid out as `inner`: each dim split first over the
+    `manual` axes that cut it from `outer_shape` to `inner_shape` (those
+    `outer` names where it names them), then as `inner` splits it."""
+    mesh = inner.mesh
+    unused = [a for a in mesh.axis_names if a in manual]
+    chosen: list[tuple[str, ...]] = []
+    for dim, (size, block) in enumerate(zip(outer_shape, inner_shape)):
+        if block == 0 or size % block:
+            raise ShardingError(f"dimension {dim} of the region's value ({block}) does not "
+                                f"divide the global one ({size})")
+        ratio = size // block
+        named = tuple(a for a in (outer.dim_axes[dim] if outer is not None else ())
+                      if a in manual)
+        if mesh.axes_size(named) != ratio:
+            named = ()
+        chosen.append(named)
+        for axis in named:
+            unused.remove(axis)
+    for dim, (size, block) in enumerate(zip(outer_shape, inner_shape)):
+        ratio = size // block
+        if chosen[dim] or ratio == 1:
+            continue
+        picked: list[str] = []
+        for axis in list(unused):
+            if mesh.axes_size(picked) * mesh.axis_size(axis) <= ratio and \
+                    ratio % (mesh.axes_size(picked) * mesh.axis_size(axis)) == 0:
+                picked.append(axis)
+                unused.remove(axis)
+        if mesh.axes_size(picked) != ratio:
+            raise ShardingError(
+                f"dimension {dim} of the region's value is {ratio} times smaller than the "
+                f"global one, which no product of the manual axes "
+                f"({', '.join(manual)}) makes")
+        chosen[dim] = tuple(picked)
+    outer_manual = tuple(a for a in inner.manual if a not in manual)
+    return Sharding(mesh, tuple(c + d for c, d in zip(chosen, inner.dim_axes)),
+                    unreduced=inner.unreduced, reduction=inner.reduction, manual=outer_manual)
+
+
+def _entering(op: ir.Operation) -> bool:
+    return ir.StringAttr(op.attributes["call_target_name"]).value == FULL_TO_SHARD
+
+
+def _boundary_plan(p: Partitioner, op: ir.Operation) -> Plan:
+    operand, result = op.operands[0], op.results[0]
+    outer_shape, inner_shape = shape_of(operand), shape_of(result)
+    wanted = p.result_shardings(op)[0]
+    if _entering(op):
+        inner, outer = wanted, p.shardings.get(operand)
+        new_manual = tuple(a for a in inner.manual if outer is None or a not in outer.manual)
+    else:
+        outer_shape, inner_shape = inner_shape, outer_shape
+        outer, inner = wanted, p.shardings[operand].reduced()
+        new_manual = tuple(a for a in inner.manual if a not in wanted.manual)
+    layout = global_layout(outer, inner, outer_shape, inner_shape, new_manual)
+    if local_type(operand.type, layout if _entering(op) else inner) != local_type(
+            result.type, inner if _entering(op) else layout):
+        raise ShardingError(f"the region's value {inner_shape} does not split evenly over "
+                            f"{layout}")
+    if _entering(op):
+        return Plan([wanted], [layout], [inner])
+    return Plan([wanted], [inner], [layout])
+
+
+def _forward(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+    return operands[:1]
+
+
+MANUAL_BOUNDARY = Strategy(_boundary_plan, _forward)
