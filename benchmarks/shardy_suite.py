@@ -259,7 +259,11 @@ def _devices_of(module) -> int:
     return most
 
 
-def run_chunk(chunk: Chunk, execute: bool = True, phase=lambda name: None) -> dict:
+def run_chunk(chunk: Chunk, execute: bool = True, phase=lambda name: None,
+              partial=lambda result: None) -> dict:
+    """One chunk: ours first, then Shardy's pipeline (which may abort the
+    process: `partial` hands ours over before it runs, so a chunk Shardy
+    cannot propagate still counts for acceptance)."""
     import warnings
 
     from jaxlib.mlir import ir, passmanager
@@ -283,6 +287,24 @@ def run_chunk(chunk: Chunk, execute: bool = True, phase=lambda name: None) -> di
             return {**result, "status": "no-function"}
         _tag(module)
         tagged = str(module)
+
+    phase("ours")
+    ours_text = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ours_text = ss.run_passes(tagged, "spmd-propagate", f"{chunk.name}.mlir")
+        result["ours"] = "accepted"
+    except SpmdError as error:
+        result.update(ours="refused", why=_one_line(error))
+    except Exception as error:  # noqa: BLE001 - a crash is what this counts
+        result.update(ours="crash", why=f"{type(error).__name__}: {_one_line(error)}")
+    if ours_text is not None and execute:
+        result["run"] = _run(tagged, chunk)
+    partial({**result, "status": "shardy-fails"})
+
+    phase("shardy")
+    with make_context() as context:
         shardy = ir.Module.parse(tagged, context)
         try:
             passmanager.PassManager.parse(
@@ -290,16 +312,8 @@ def run_chunk(chunk: Chunk, execute: bool = True, phase=lambda name: None) -> di
         except ir.MLIRError:
             return {**result, "status": "shardy-fails"}
         want = _values(shardy, _shardy_reader(shardy))
-
-    phase("ours")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ours_text = ss.run_passes(tagged, "spmd-propagate", f"{chunk.name}.mlir")
-    except SpmdError as error:
-        return {**result, "status": "refused", "why": _one_line(error)}
-    except Exception as error:  # noqa: BLE001 - a crash is what this counts
-        return {**result, "status": "crash", "why": f"{type(error).__name__}: {_one_line(error)}"}
+    if ours_text is None:
+        return {**result, "status": result["ours"]}
 
     with make_context() as context:
         got = _values(ir.Module.parse(ours_text, context), _our_reader)
@@ -313,8 +327,6 @@ def run_chunk(chunk: Chunk, execute: bool = True, phase=lambda name: None) -> di
                   differ=differ)
     if differ:
         result["bytes"] = _bytes_both_ways(tagged, chunk)
-    if execute:
-        result["run"] = _run(tagged, chunk)
     return result
 
 
@@ -422,7 +434,8 @@ def _worker(connection) -> None:
     while True:
         chunk, execute = connection.recv()
         try:
-            connection.send(run_chunk(chunk, execute, lambda name: connection.send(name)))
+            connection.send(run_chunk(chunk, execute, lambda name: connection.send(name),
+                                      lambda partial: connection.send(("partial", partial))))
         except Exception as error:  # noqa: BLE001
             connection.send({"name": chunk.name, "line": chunk.line, "status": "crash",
                              "why": f"{type(error).__name__}: {_one_line(error)}"})
@@ -441,7 +454,7 @@ def run_all(chunks: list[Chunk], jobs: int, timeout: float, execute: bool) -> li
 
     for _ in range(min(jobs, len(chunks))):
         here, process = start()
-        workers[here] = [process, None, 0.0, "shardy"]
+        workers[here] = [process, None, 0.0, "ours", None]
     for here, state in list(workers.items()):
         if pending:
             state[1] = pending.pop()
@@ -458,12 +471,18 @@ def run_all(chunks: list[Chunk], jobs: int, timeout: float, execute: bool) -> li
                 try:
                     done = here.recv()
                 except (EOFError, OSError):
-                    # Shardy aborting the process on a chunk (a failed CHECK) is Shardy's.
+                    # Shardy aborting the process on a chunk (a failed CHECK) is Shardy's;
+                    # ours was handed over before it ran.
                     died = "crash" if state[3] == "ours" else "shardy-fails"
                     done = {"name": state[1].name, "line": state[1].line, "status": died,
                             "why": "worker died"}
+                    if died == "shardy-fails" and state[4] is not None:
+                        done = {**state[4], "died": True}
                 if isinstance(done, str):
                     state[3] = done
+                    continue
+                if isinstance(done, tuple):
+                    state[4] = done[1]
                     continue
             elif now - state[2] > timeout:
                 done = {"name": state[1].name, "line": state[1].line, "status": "crash",
@@ -471,13 +490,13 @@ def run_all(chunks: list[Chunk], jobs: int, timeout: float, execute: bool) -> li
             if done is None:
                 continue
             results.append(done)
-            if done.get("why") == "worker died" or \
+            if done.get("why") == "worker died" or done.get("died") or \
                     done.get("why", "").startswith("over "):
                 state[0].kill()
                 del workers[here]
                 here, process = start()
-                workers[here] = state = [process, None, 0.0, "shardy"]
-            state[1], state[3] = None, "shardy"
+                workers[here] = state = [process, None, 0.0, "ours", None]
+            state[1], state[3], state[4] = None, "ours", None
             if pending:
                 state[1] = pending.pop()
                 state[2] = time.monotonic()
@@ -492,22 +511,25 @@ def run_all(chunks: list[Chunk], jobs: int, timeout: float, execute: bool) -> li
 def summarize(results: list[dict]) -> list[str]:
     counted = [r for r in results if r["status"] in ("accepted", "refused", "crash")]
     accepted = [r for r in counted if r["status"] == "accepted"]
+    # Acceptance is over every chunk jaxlib parses, Shardy's failures too.
+    parsed = counted + [r for r in results if r["status"] == "shardy-fails" and "ours" in r]
+    ours_ok = [r for r in parsed if r.get("ours", r["status"]) == "accepted"]
     values = sum(r["values"] for r in accepted)
     agree = values - sum(len(r["differ"]) for r in accepted)
-    runs = [r.get("run", "") for r in accepted]
+    runs = [r.get("run", "") for r in parsed if r.get("run")]
     left_out: dict[str, int] = {}
     for r in results:
-        if r not in counted:
+        if r not in parsed:
             left_out[r["status"]] = left_out.get(r["status"], 0) + 1
     lines = [
-        f"chunks: {len(results)} in all; {len(counted)} on at most {MAX_DEVICES} devices that "
-        f"jaxlib parses and Shardy propagates"
+        f"chunks: {len(results)} in all; {len(parsed)} on at most {MAX_DEVICES} devices that "
+        f"jaxlib parses, {len(counted)} of them Shardy propagates"
         + (f" (left out: {', '.join(f'{n} {k}' for k, n in sorted(left_out.items()))})"
            if left_out else ""),
-        f"accepted: {len(accepted)} of {len(counted)}; refused "
-        f"{sum(r['status'] == 'refused' for r in counted)}, crashed "
-        f"{sum(r['status'] == 'crash' for r in counted)}",
-        f"values agreeing with Shardy: {agree} of {values} "
+        f"accepted: {len(ours_ok)} of {len(parsed)}; refused "
+        f"{sum(r.get('ours', r['status']) == 'refused' for r in parsed)}, crashed "
+        f"{sum(r.get('ours', r['status']) == 'crash' for r in parsed)}",
+        f"values agreeing with Shardy (where it propagates): {agree} of {values} "
         f"({100.0 * agree / max(values, 1):.1f}%)",
         _priced(accepted),
         f"run against one device: {sum(x == 'ok' for x in runs)} ok, "
@@ -541,14 +563,15 @@ def report(results: list[dict], seconds: float) -> str:
         by_file.setdefault(r["name"].split("#")[0], []).append(r)
     for name, rs in by_file.items():
         acc = [r for r in rs if r["status"] == "accepted"]
+        ours_ok = [r for r in rs if r.get("ours") == "accepted"]
         values = sum(r["values"] for r in acc)
         agree = values - sum(len(r["differ"]) for r in acc)
-        lines.append(f"| {name} | {len(rs)} | {len(acc)} | {values} | {agree} |")
+        lines.append(f"| {name} | {len(rs)} | {len(ours_ok)} | {values} | {agree} |")
     lines += ["", "## Refused, crashed, mismatched", ""]
     for r in results:
         run = r.get("run", "")
-        if r["status"] in ("refused", "crash") or run.startswith("mismatch"):
-            lines.append(f"- {r['name']} (line {r['line']}): {r['status']} "
+        if r.get("ours") in ("refused", "crash") or run.startswith("mismatch"):
+            lines.append(f"- {r['name']} (line {r['line']}): {r['ours']} "
                          f"{r.get('why', '')} {run}".rstrip())
     lines += ["", "## Values that differ (Shardy / ours)", ""]
     for r in results:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Iterable, Iterator
 
 from jaxlib.mlir import ir
@@ -418,7 +419,7 @@ def _has_tiles(sharding: HloSharding) -> bool:
 
 # ------------------------------------------------------------ Shardy input
 
-def import_shardy(module: ir.Operation) -> Mesh | None:
+def import_shardy(module: ir.Operation, lower_manual: bool = True) -> Mesh | None:
     """Rewrite Shardy's mesh, shardings and constraints into ``mhlo.sharding`` form.
 
     Returns the imported mesh (None when the module has no ``sdy.mesh``).  A
@@ -426,7 +427,9 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
     one mesh under several names, plus the single-device meshes JAX uses for
     maximal shardings and the empty mesh ``<[]>`` (a sharding on it is
     replicated); a declared mesh nothing refers to is dropped, as Shardy's
-    own clean-up drops it.
+    own clean-up drops it.  Manual regions are written in GSPMD's spelling
+    (`_lower_manual_computations`) unless `lower_manual` is False (Shardy's
+    engine reads them itself).
     """
     meshes: dict[str, Mesh | int | None] = {}
     mesh_ops = []
@@ -470,6 +473,8 @@ def import_shardy(module: ir.Operation) -> Mesh | None:
 
     for op in _sdy_constraints(module):
         _replace_sdy_data_op(op, meshes, mesh)
+    if lower_manual:
+        _lower_manual_computations(module, meshes, mesh)
     for op in mesh_ops:
         op.erase()
     if mesh is not None:
@@ -499,22 +504,108 @@ def export_propagation_controls(module: ir.Operation) -> None:
         op.erase()
 
 
-def refuse_manual_regions(module: ir.Operation) -> None:
-    """Refuse a manual region before `import_shardy` erases the meshes it
-    names, which would only make the verifier complain of an unknown mesh."""
+def _lower_manual_computations(module: ir.Operation, meshes, mesh: Mesh | None) -> None:
+    """Rewrite each ``sdy.manual_computation`` (what ``jax.shard_map``
+    lowers to) in GSPMD's spelling, as XLA's Shardy export does: each
+    operand pinned to its in-sharding and taken through
+    ``@SPMDFullToShardShape`` to the body's per-device type, the body inlined
+    with its values manual over the region's axes, and each returned value
+    taken through ``@SPMDShardToFullShape`` to its out-sharding.  One
+    spelling then serves both inputs: propagation does not cross the edges,
+    and the partitioner leaves the body's manual axes alone
+    (`partitioning.manual`).  Inner regions go first (the walk is
+    post-order), so an outer one adds its axes to theirs."""
     found = []
 
     def visit(op):
         if op.name == "sdy.manual_computation":
-            found.append(op.location)
-            return ir.WalkResult.INTERRUPT
+            found.append(op)
         return ir.WalkResult.ADVANCE
 
     module.walk(visit)
-    if found:
-        raise ShardingError("sdy.manual_computation (what jax.shard_map lowers to) is not "
-                            "supported yet: stablehlo-spmd cannot keep a manual region as it is",
-                            found[0])
+    for op in found:
+        _lower_manual_computation(op.operation, meshes, mesh)
+
+
+def _manual_axes_of(op: ir.Operation) -> tuple[str, ...]:
+    return tuple(re.findall(r'"([^"]+)"', str(op.attributes["manual_axes"])))
+
+
+def _lower_manual_computation(op: ir.Operation, meshes, mesh: Mesh | None) -> None:
+    value = ShardedValue("op", op, 0, None, op.location, None)
+    if mesh is None:
+        raise _located(value, "sdy.manual_computation needs a mesh")
+    own = _manual_axes_of(op)
+    enclosing: tuple[str, ...] = ()
+    parent = op.parent
+    while parent is not None and parent.name != "builtin.module":
+        if parent.name == "sdy.manual_computation":
+            enclosing += _manual_axes_of(parent)
+        parent = parent.parent
+    inside = enclosing + own
+
+    def layouts(name: str) -> list[Sharding]:
+        per_value = sdy.TensorShardingPerValueAttr(op.attributes[name])
+        found = []
+        for attr in per_value.shardings:
+            hlo, _, _ = _from_sdy(attr, meshes, mesh, value)
+            rank = len(sdy.TensorShardingAttr(attr).dimension_shardings)
+            found.append(Sharding.from_hlo(hlo, mesh, rank))
+        return found
+
+    context = op.context
+    body = op.regions[0].blocks[0]
+    with ir.InsertionPoint(op), op.location:
+        for argument, outer, operand in zip(body.arguments, layouts("in_shardings"),
+                                             op.operands):
+            pinned = _custom_call(SHARDING_TARGET, operand, operand.type,
+                                  outer.in_manual(enclosing), context)
+            local = _custom_call(FULL_TO_SHARD, pinned, argument.type, outer.in_manual(inside),
+                                 context)
+            argument.replace_all_uses_with(local)
+        operations = list(body.operations)
+        for inner in operations[:-1]:
+            inner.operation.move_before(op)
+            _add_manual_axes(inner.operation, inside, mesh)
+        returned = operations[-1].operation
+        for result, outer, local in zip(op.results, layouts("out_shardings"),
+                                        list(returned.operands)):
+            pinned = _custom_call(SHARDING_TARGET, local, local.type, outer.in_manual(inside),
+                                  context)
+            result.replace_all_uses_with(_custom_call(SHARD_TO_FULL, pinned, result.type,
+                                                      outer.in_manual(enclosing), context))
+    op.erase()
+
+
+def _custom_call(target: str, operand: ir.Value, result_type: ir.Type, sharding: Sharding,
+                 context: ir.Context) -> ir.Value:
+    call = stablehlo.CustomCallOp([result_type], [operand], target)
+    call.operation.attributes[MHLO_SHARDING] = sharding_attr(sharding, context)
+    return call.results[0]
+
+
+def _add_manual_axes(op: ir.Operation, manual: tuple[str, ...], mesh: Mesh) -> None:
+    """Make the shardings of `op` (moved out of a manual body) and of the ops
+    nested in it say that they are manual over `manual` too."""
+    def visit(inner):
+        if MHLO_SHARDING not in inner.attributes:
+            return ir.WalkResult.ADVANCE
+        hlo = _parse_cached(ir.StringAttr(inner.attributes[MHLO_SHARDING]).value)
+        elements = hlo.elements if hlo.kind == "tuple" else (hlo,)
+        rewritten = []
+        for element, result in zip(elements, inner.results):
+            if element.kind in ("unknown", "maximal") or \
+                    not isinstance(result.type, ir.RankedTensorType):
+                rewritten.append(element)
+                continue
+            sharding = Sharding.from_hlo(element, mesh, ir.RankedTensorType(result.type).rank)
+            rewritten.append(sharding.in_manual(
+                tuple(set(sharding.manual) | set(manual))).to_hlo())
+        hlo = HloSharding.tuple_of(rewritten) if hlo.kind == "tuple" else rewritten[0]
+        inner.attributes[MHLO_SHARDING] = sharding_attr(hlo, inner.context)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
 
 
 def _declared_mesh(mesh_ops, meshes) -> dict[Mesh, ir.Location]:
@@ -625,7 +716,8 @@ def all_values_with(module: ir.Operation, attr_name: str) -> Iterator[ShardedVal
     yield from _ops_with(module, attr_name)
 
 
-_SDY_DATA_OPS = ("sdy.sharding_constraint", "sdy.reshard", "sdy.data_flow_edge", "sdy.constant")
+_SDY_DATA_OPS = ("sdy.sharding_constraint", "sdy.reshard", "sdy.data_flow_edge",
+                 "sdy.func_data_flow_edge", "sdy.constant")
 
 
 def _sdy_constraints(module: ir.Operation) -> list[ir.Operation]:

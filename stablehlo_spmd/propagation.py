@@ -100,7 +100,7 @@ class ValueState:
     reduction: str = "sum"
     closed_dims: frozenset[int] = frozenset()  # dims nothing may change
     pinned: bool = False                         # a user sharding: unreduced fixed too
-    reserved: frozenset[str] = frozenset()       # axes a held dim will take (priorities)
+    reserved: frozenset[str] = frozenset()       # axes a held dim will take, manual axes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +170,8 @@ class Propagator:
             frozenset(range(rank)) - sharding.open_dims, pinned=True)
         self.origins[value] = Origin(annotation=annotation)
         state = self.states[value]
+        # A manual axis is the region's, never a dim's (`Sharding.in_manual`).
+        state.reserved = frozenset(sharding.manual)
         for dim, priority in (priorities or {}).items():
             axes = sharding.dim_axes[dim] if dim < rank else ()
             if priority > 0 and axes:

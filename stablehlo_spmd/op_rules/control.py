@@ -44,15 +44,16 @@ def _barrier(op: ir.Operation):
                                  keeps_attributes=True)
 
 
-@register("stablehlo.all_reduce")
-def _cross_replica_all_reduce(op: ir.Operation):
-    """An all-reduce across replicas (no channel: it never crosses
-    partitions) sums each element with the same element of the other
-    replicas, so a partition's shard meets only the matching shards: it is
-    an identity dimension by dimension, as for XLA's partitioner.  One with
-    a channel runs across partitions and has no partitioned form here."""
-    if "channel_handle" in op.attributes:
-        return None
+@register("stablehlo.all_reduce", "stablehlo.collective_permute",
+          "stablehlo.collective_broadcast")
+def _device_collective(op: ir.Operation):
+    """A collective already in the program combines each element with the
+    same element on other devices.  Across replicas (no channel) it never
+    crosses partitions; across partitions it is per-device code, as in a
+    manual region.  Either way a device's block meets only the matching
+    blocks where every group keeps to devices holding the same block: an
+    identity dim by dim, as for XLA's partitioner, which the partitioner
+    checks against the groups (`partitioning.manual`)."""
     # Partial sums are reduced first: the body need not be a sum.
     return _identities(op).build(UnreducedFlow.NONE, (), keeps_attributes=True)
 

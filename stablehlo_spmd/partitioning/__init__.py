@@ -13,13 +13,14 @@
   `windowed` (halo exchange), `reshape` (reshapes that move block
   boundaries), `indexing` (gather, scatter), `sorting` (sort, top-k),
   `reduction` (reduces whose body leaves no partial result), `control`
-  (loops, branches, calls, run-time-offset slices).
+  (loops, branches, calls, run-time-offset slices), `manual` (the edges of
+  manual regions and the collectives already in the program).
 
 Importing this package registers every strategy.
 """
 
 from stablehlo_spmd.partitioning import (  # noqa: F401
-    basic, control, indexing, reduction, reshape, sorting, windowed)
+    basic, control, indexing, manual, reduction, reshape, sorting, windowed)
 from stablehlo_spmd.partitioning.partitioner import Partitioner
 from stablehlo_spmd.partitioning.strategy import STRATEGIES
 

@@ -17,16 +17,25 @@ Which manual axes cut which dim is read from the global side's sharding
 where it says (XLA requires both sides annotated), else taken in mesh order
 to make up each dim's size ratio.  Like Shardy, the manual axes come first
 (major) in each dim.
+
+A collective already in the program (``all_reduce``, ``collective_permute``,
+``collective_broadcast``: what a manual body holds) runs on each device's
+block as it is where its device groups keep to devices that hold the same
+block, the one case XLA's partitioner accepts for manual code.  Where a
+group would mix blocks, the op runs on whole values instead, which is
+always right.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from jaxlib.mlir import ir
 
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.module_shardings import FULL_TO_SHARD
 from stablehlo_spmd.partitioning.partitioner import Partitioner
-from stablehlo_spmd.partitioning.strategy import Plan, Strategy
+from stablehlo_spmd.partitioning.strategy import REPLICATED, RULE_DRIVEN, Plan, Strategy, strategy
+from stablehlo_spmd.reshard import axis_coordinate
 from stablehlo_spmd.shapes import local_type, shape_of
 from stablehlo_spmd.sharding import Sharding
 
@@ -103,3 +112,39 @@ def _forward(p: Partitioner, op: ir.Operation, plan: Plan, operands):
 
 
 MANUAL_BOUNDARY = Strategy(_boundary_plan, _forward)
+
+
+def _device_groups(op: ir.Operation) -> list[list[int]]:
+    """The device groups `op` combines (a permute's pairs, as two-device
+    groups); none without a channel, whose groups are replicas."""
+    if "channel_handle" not in op.attributes:
+        return []
+    name = "source_target_pairs" if op.name == "stablehlo.collective_permute" \
+        else "replica_groups"
+    return np.array(ir.DenseIntElementsAttr(op.attributes[name])).reshape(
+        -1, 2 if name == "source_target_pairs" else
+        ir.RankedTensorType(op.attributes[name].type).shape[-1]).tolist()
+
+
+def _keeps_to_blocks(layout: Sharding, groups: list[list[int]]) -> bool:
+    mesh = layout.mesh
+
+    def block(device: int) -> tuple[int, ...]:
+        return tuple(axis_coordinate(mesh, device, axes) for axes in layout.dim_axes)
+
+    return all(len({block(d) for d in group if d >= 0}) <= 1 for group in groups)
+
+
+def _collective_plan(p: Partitioner, op: ir.Operation) -> Plan:
+    plan = RULE_DRIVEN.plan(p, op)
+    if plan is not None and all(layout is None or _keeps_to_blocks(layout, _device_groups(op))
+                                for layout in plan.required):
+        return plan
+    return REPLICATED.plan(p, op)
+
+
+@strategy("stablehlo.all_reduce", "stablehlo.collective_permute",
+          "stablehlo.collective_broadcast", plan=_collective_plan)
+def emit_device_collective(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+    chosen = REPLICATED if plan.replicates else RULE_DRIVEN
+    return chosen.emit_local(p, op, plan, operands)

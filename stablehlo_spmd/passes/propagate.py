@@ -35,8 +35,9 @@ from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue,
-    export_propagation_controls, function_values, functions, import_shardy, is_sharding_constraint, module_mesh, read_hlo, read_open_dims,
-    read_priorities, refuse_manual_regions, set_attrs,
+    export_propagation_controls, function_values, functions, import_shardy, is_manual_boundary,
+    is_sharding_constraint, module_mesh, read_hlo, read_open_dims,
+    read_priorities, set_attrs,
     sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
@@ -63,9 +64,7 @@ class PropagatePass(ModulePass):
                               "(expected 'spmd' or 'shardy')")
             return
         try:
-            if self.engine == "spmd":  # Shardy's engine reads manual regions itself
-                refuse_manual_regions(module)
-            import_shardy(module)
+            import_shardy(module, lower_manual=self.engine == "spmd")
         except ShardingError as error:
             diagnostics.error(error.location or module.location, error.message)
             return
@@ -76,8 +75,12 @@ class PropagatePass(ModulePass):
             diagnostics.error(error.location or module.location, error.message)
             return
         if mesh is None:
-            diagnostics.error(module.location, "spmd-propagate needs a mesh: run spmd-annotate "
-                              "first, or give the module mhlo.sharding annotations")
+            # Nothing says how to split anything: every value stays on one
+            # device, as Shardy leaves such a module.  Said, since it is
+            # usually a forgotten spmd-annotate.
+            diagnostics.warning(module.location, "spmd-propagate found no mesh and no "
+                                "shardings: the module is left as it is (run spmd-annotate "
+                                "first, or give the module mhlo.sharding annotations)")
             return
         if self.engine == "shardy":
             from stablehlo_spmd.passes.shardy_engine import run_shardy_propagation
@@ -116,6 +119,7 @@ class _Graph:
         self.groups: dict[int, int] = {}    # sharding group id -> its first value
         self.added: set[str] = set()        # functions whose nodes are in
         self.ok = True                      # False once an annotation failed to read
+        self.manual: dict[int, tuple[str, ...]] = {}  # value -> its region's manual axes
 
     # ---------------------------------------------------------------- build
 
@@ -363,12 +367,12 @@ class _Graph:
     # ---------------------------------------------------------------- write
 
     def write(self, module: ir.Operation, mesh: Mesh, explain: bool, origins: bool) -> None:
-        solver = self.solver
         context = module.context
+        self.manual = self._manual_regions()
         updates = []
         for value, index, annotated in self.result_slots:
             if not annotated or index in self.refined:
-                sharding = solver.sharding(index).reduced()
+                sharding = self._solved(index).reduced()
                 updates.append((value, MHLO_SHARDING, sharding_attr(sharding, context)))
             for note in (OPEN_DIMS, PRIORITIES):
                 if value.get(note) is not None:
@@ -401,8 +405,38 @@ class _Graph:
         if explain or origins:
             self._explain(explain, origins)
 
+    def _manual_regions(self) -> dict[int, tuple[str, ...]]:
+        """The manual axes of every value inside a manual region.
+
+        The solver works on the free axes only; a value is in a region where
+        its annotation says so (an ``@SPMDFullToShardShape``, or XLA's
+        manual shardings on every op) or where it is computed from one:
+        manual-ness flows forward through ops and both ways through ties,
+        and stops at ``@SPMDShardToFullShape``, whose result is global.
+        Two sweeps in program order settle loops, whose carries come back
+        through a tie."""
+        manual: dict[int, tuple[str, ...]] = {}
+        pinned = {index: sharding.manual for index, sharding, *_ in self.pins}
+        manual.update((i, m) for i, m in pinned.items() if m)
+        for _sweep in range(2):
+            for node, op in zip(self.nodes, self.node_ops):
+                if op is not None and is_manual_boundary(op):
+                    continue
+                found = next((manual[v] for v in node.operands if v in manual), ())
+                if node.is_tie and not found:
+                    found = next((manual[v] for v in node.results if v in manual), ())
+                    for value in node.operands:
+                        if found and value != NO_VALUE and value not in pinned:
+                            manual.setdefault(value, found)
+                if not found:
+                    continue
+                for value in node.results:
+                    if value != NO_VALUE and value not in pinned:
+                        manual.setdefault(value, found)
+        return manual
+
     def _result_attr(self, results: list[int], context) -> ir.Attribute:
-        shardings = [self.solver.sharding(r) if r != NO_VALUE else None for r in results]
+        shardings = [self._solved(r) if r != NO_VALUE else None for r in results]
         if len(shardings) == 1 and shardings[0] is not None:
             attr = self._attrs.get(shardings[0])
             if attr is None:
@@ -410,6 +444,11 @@ class _Graph:
             return attr
         elements = [s.to_hlo() if s is not None else HloSharding.replicated() for s in shardings]
         return sharding_attr(HloSharding.tuple_of(elements), context)
+
+    def _solved(self, value: int) -> Sharding:
+        sharding = self.solver.sharding(value)
+        manual = self.manual.get(value)
+        return sharding.in_manual(manual) if manual else sharding
 
     def _insert_reshards(self, module: ir.Operation) -> None:
         """A marked reshard before every use of a partial value that needs the sum."""
@@ -450,6 +489,8 @@ class _Graph:
         and layout, placed right after its definition so it serves every use
         that wants it that way."""
         target = layout if layout is not None else self.solver.sharding(value).reduced()
+        if self.manual.get(value):
+            target = target.in_manual(self.manual[value])
         summed_value = self._summed_values.get((value, target))
         if summed_value is None:
             operand = op.operands[position]

@@ -1,0 +1,50 @@
+// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate | FileCheck %s
+
+// A shard_map region (sdy.manual_computation) manual over "x" of x=2,y=2 is
+// written in GSPMD's spelling: the operand pinned to its in-sharding (dim 0
+// over x then y), taken to the body's 4x4 type by @SPMDFullToShardShape with
+// x manual and y left on dim 0; the body's op is manual over x too, though
+// nothing annotated it; the returned value goes back through
+// @SPMDShardToFullShape to the out-sharding, and the op after the region
+// takes that sharding.
+
+// CHECK-LABEL: func.func @main
+// CHECK: %[[PIN:.*]] = stablehlo.custom_call @Sharding(%arg0) {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// CHECK-NEXT: %[[IN:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%[[PIN]]) {mhlo.sharding = "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dims={manual}}"} : (tensor<8x4xf32>) -> tensor<4x4xf32>
+// CHECK-NEXT: %[[EXP:.*]] = stablehlo.exponential %[[IN]] {mhlo.sharding = "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dims={manual}}"}
+// CHECK-NEXT: %[[OUT:.*]] = stablehlo.custom_call @Sharding(%[[EXP]]) {mhlo.sharding = "{devices=[1,1,2,2]<=[4] last_tile_dims={manual, replicated}}"}
+// CHECK-NEXT: %[[FULL:.*]] = stablehlo.custom_call @SPMDShardToFullShape(%[[OUT]]) {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"} : (tensor<4x4xf32>) -> tensor<8x4xf32>
+// CHECK-NEXT: stablehlo.negate %[[FULL]] {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+// CHECK-NOT: sdy.manual_computation
+sdy.mesh @mesh = <["x"=2, "y"=2]>
+func.func @main(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> tensor<8x4xf32> {
+  %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"x", "y"}, {}]>] out_shardings=[<@mesh, [{"x"}, {}]>] manual_axes={"x"} (%arg1: tensor<4x4xf32>) {
+    %1 = stablehlo.exponential %arg1 : tensor<4x4xf32>
+    sdy.return %1 : tensor<4x4xf32>
+  } : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  %2 = stablehlo.negate %0 : tensor<8x4xf32>
+  return %2 : tensor<8x4xf32>
+}
+
+// -----
+
+// A region inside a region: the inner one's values are manual over both
+// regions' axes, the outer one's over its own.
+
+// CHECK-LABEL: func.func @nested
+// CHECK: %[[OUTER:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{devices=[1,1,2,2]<=[4] last_tile_dims={manual, replicated}}"} : (tensor<8x4xf32>) -> tensor<4x4xf32>
+// CHECK-NEXT: %[[PIN:.*]] = stablehlo.custom_call @Sharding(%[[OUTER]]) {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={manual}}"}
+// CHECK-NEXT: %[[INNER:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%[[PIN]]) {mhlo.sharding = "{manual}"} : (tensor<4x4xf32>) -> tensor<4x2xf32>
+// CHECK-NEXT: stablehlo.abs %[[INNER]] {mhlo.sharding = "{manual}"}
+// CHECK: stablehlo.custom_call @SPMDShardToFullShape(%{{.*}}) {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={manual}}"} : (tensor<4x2xf32>) -> tensor<4x4xf32>
+sdy.mesh @mesh = <["x"=2, "y"=2]>
+func.func @nested(%arg0: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"x"}, {}]>] out_shardings=[<@mesh, [{"x"}, {}]>] manual_axes={"x"} (%arg1: tensor<4x4xf32>) {
+    %1 = sdy.manual_computation(%arg1) in_shardings=[<@mesh, [{}, {"y"}]>] out_shardings=[<@mesh, [{}, {"y"}]>] manual_axes={"y"} (%arg2: tensor<4x2xf32>) {
+      %2 = stablehlo.abs %arg2 : tensor<4x2xf32>
+      sdy.return %2 : tensor<4x2xf32>
+    } : (tensor<4x4xf32>) -> tensor<4x4xf32>
+    sdy.return %1 : tensor<4x4xf32>
+  } : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}
