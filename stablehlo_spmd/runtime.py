@@ -135,6 +135,13 @@ class TensorInfo:
     def describe(self) -> str:
         return f"{self.kind} #{self.index}" + (f" {self.name!r}" if self.name else "")
 
+    @property
+    def is_token(self) -> bool:
+        return self.type_text == TOKEN_TYPE
+
+
+TOKEN_TYPE = "!stablehlo.token"
+
 
 @dataclasses.dataclass
 class _ModuleInfo:
@@ -198,6 +205,9 @@ def _tensor_info(value, filename: str | None) -> TensorInfo:
     from jaxlib.mlir import ir
 
     label = f"{value.kind} #{value.index}" + (f" {value.name!r}" if value.name else "")
+    if value.kind == "result" and str(value.type) == TOKEN_TYPE:
+        # An outfeed's or a send's ordering token: nothing to hand back.
+        return TensorInfo(value.kind, value.index, value.name, (), np.dtype(bool), TOKEN_TYPE)
     if not isinstance(value.type, ir.RankedTensorType) or not value.type.has_static_shape:
         raise RuntimeCompileError(
             f"{label} has type {value.type}; only statically shaped tensors can be run", filename)
@@ -760,6 +770,8 @@ class _HostTransfer:
 
 def _output_handler(result: TensorInfo, sharding, devices: tuple, hlo=None,
                     padded: tuple[int, ...] | None = None):
+    if result.is_token:
+        return lambda buffers: None  # a token result comes back as None
     """What builds one result's global array from its per-device buffers
     (see `_array_handler`).
 

@@ -130,6 +130,16 @@ class GspmdManualSkeleton:
                 else argument for argument, sharding in zip(self.body.arguments, arg_shardings)]
 
     def finish(self, local_results: Sequence[ir.Value]) -> None:
+        # XLA's partitioner wants an op with effects to say where it runs:
+        # here, on each device as it is.  (An outfeed's sharding covers what
+        # it sends, its operands, in XLA's spelling.)
+        for op in self.body.operations:
+            op = op.operation
+            if op.name in _SIDE_EFFECT_OPS and MHLO_SHARDING not in op.attributes:
+                count = len(op.operands if op.name == "stablehlo.outfeed" else op.results)
+                op.attributes[MHLO_SHARDING] = cached_attr(
+                    _MANUAL if count <= 1 else '"{' + ", ".join(["{manual}"] * count) + '}"',
+                    self._context)
         with ir.InsertionPoint(self.body), self.function.location:
             func.ReturnOp([
                 _to_full(value, global_type, sharding, self._context)
@@ -139,6 +149,8 @@ class GspmdManualSkeleton:
 
 
 _MANUAL = '"{manual}"'
+_SIDE_EFFECT_OPS = frozenset({"stablehlo.outfeed", "stablehlo.infeed", "stablehlo.send",
+                              "stablehlo.recv"})
 
 
 def _hlo_sharding_dicts(shardings: Sequence[Sharding], context: ir.Context) -> ir.Attribute:

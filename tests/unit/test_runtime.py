@@ -260,6 +260,25 @@ def test_function_with_no_results_compiles_and_runs(eight_devices):
     assert exe(rand(8, 8)) in ([], ())
 
 
+def test_a_token_result_comes_back_as_none(eight_devices):
+    # An outfeed's ordering token is a result XLA returns, but holds no data.
+    text = """
+    module attributes {mhlo.num_partitions = 2 : i32} {
+      func.func @main(%arg0: tensor<4xf32> {mhlo.sharding = "{devices=[2]<=[2]}"})
+          -> (tensor<4xf32> {mhlo.sharding = "{devices=[2]<=[2]}"}, !stablehlo.token) {
+        %0 = stablehlo.negate %arg0 {mhlo.sharding = "{devices=[2]<=[2]}"} : tensor<4xf32>
+        %1 = stablehlo.create_token : !stablehlo.token
+        return %0, %1 : tensor<4xf32>, !stablehlo.token
+      }
+    }"""
+    exe = runtime.compile(text)
+    assert exe.results[1].is_token and not exe.results[0].is_token
+    x = rand(4)
+    negated, token = exe(x)
+    np.testing.assert_array_equal(np.asarray(negated), -x)
+    assert token is None
+
+
 def test_psum_gives_a_replicated_result(eight_devices):
     x, w1 = rand(8, 16), rand(16, 4)
     exe = runtime.compile(PSUM)
