@@ -67,6 +67,7 @@ import numpy as np
 
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.halos import halo_extent, pieces_elements, window_pieces
+from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.sharding import Sharding
 
@@ -178,6 +179,30 @@ def replica_groups(mesh: Mesh, axes: Sequence[str]) -> list[list[int]]:
     # every row of the flattened array is one group in coordinate order.
     devices = mesh.devices.transpose(others + positions)
     return devices.reshape(-1, mesh.axes_size(axes)).tolist()
+
+
+def order_pairs(own: HloSharding, sharding: Sharding) -> list[tuple[int, int]]:
+    """(source, target) device pairs that move every block of a value laid
+    out as `own` (a tile assignment in a device order of its own) to the
+    devices that hold that block under `sharding` (the same blocks in the
+    mesh's order, `tile_axes.block_axes`).  Every device sends one block and
+    receives one; a device that holds its block in both keeps it."""
+    tile = own.tile.device_array()
+    data_rank = own.data_rank
+    sources: dict[tuple[int, ...], list[int]] = {}
+    for index in np.ndindex(*tile.shape):
+        sources.setdefault(index[:data_rank], []).append(int(tile[index]))
+    targets: dict[tuple[int, ...], list[int]] = {}
+    for device in sharding.mesh.device_ids:
+        block = tuple(axis_coordinate(sharding.mesh, device, axes) for axes in sharding.dim_axes)
+        targets.setdefault(block, []).append(device)
+    pairs = []
+    for block, senders in sources.items():
+        receivers = targets[block]
+        kept = set(senders) & set(receivers)
+        pairs += [(device, device) for device in sorted(kept)]
+        pairs += list(zip(sorted(set(senders) - kept), sorted(set(receivers) - kept)))
+    return pairs
 
 
 def shard_offsets(sharding: Sharding, shape: Sequence[int]) -> dict[int, tuple[int, ...]]:

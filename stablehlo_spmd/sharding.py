@@ -26,7 +26,7 @@ from typing import Any, Iterable, Sequence
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
 from stablehlo_spmd.mesh import Mesh
-from stablehlo_spmd.tile_axes import tile_dim_axes
+from stablehlo_spmd.tile_axes import block_axes, tile_dim_axes
 
 REDUCTIONS = ("sum", "max", "min")
 
@@ -134,8 +134,14 @@ class Sharding:
         return cls(mesh, tuple(dim_axes))
 
     @classmethod
-    def from_hlo(cls, hlo: HloSharding, mesh: Mesh, rank: int) -> "Sharding":
-        """Read an XLA sharding as axes of `mesh`, for a tensor of rank `rank`."""
+    def from_hlo(cls, hlo: HloSharding, mesh: Mesh, rank: int,
+                 any_order: bool = False) -> "Sharding":
+        """Read an XLA sharding as axes of `mesh`, for a tensor of rank `rank`.
+
+        With `any_order`, a tile assignment in a device order of its own
+        reads as the layout with the same blocks in the mesh's order
+        (`tile_axes.block_axes`): where the order does not matter, inside
+        the program, that layout serves as well."""
         kind = hlo.kind
         if kind == "replicated":
             return cls.replicated(mesh, rank)
@@ -157,6 +163,8 @@ class Sharding:
             raise ShardingError(
                 f"sharding uses {hlo.tile.num_devices} devices but the mesh has {mesh.size}")
         axes = tile_dim_axes(hlo, mesh)
+        if axes is None and any_order and not set(hlo.subgroup_kinds) - {"replicated"}:
+            axes = block_axes(hlo, mesh)
         if axes is None:
             raise ShardingError(
                 f"sharding's tile assignment is not a choice of whole axes of the mesh "

@@ -12,7 +12,12 @@ The same pieces give the one common mesh for a whole module: every piece's
 boundaries (``stride`` and ``stride * size``) are cut points on the device
 positions, and the mesh is the shortest factorization that has all of them.
 That only exists when the cut points divide one another; otherwise no single
-mesh of full axes expresses all the tile assignments and we say so.
+mesh of full axes expresses all the tile assignments and we say so.  A tile
+assignment that no reordering of axes makes a transposed iota over the
+mesh's device order (``{devices=[2]1,0}`` beside ``<=[2]``) has a device
+order of its own: the mesh only cuts its tile dims, which take whole axes in
+mesh order (`block_axes`), and its device order is kept where it matters,
+at the function boundary (`partitioning.partitioner`).
 
 Everything here is numpy over at most N device ids per sharding: linear in the
 device count, independent of tensor sizes.
@@ -26,7 +31,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from stablehlo_spmd.errors import ShardingError
-from stablehlo_spmd.hlo_sharding import HloSharding, format_hlo_sharding
+from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.mesh import Mesh
 
 
@@ -173,9 +178,12 @@ def infer_mesh(shardings: Iterable[HloSharding], num_devices: int | None = None)
     for sharding in tiled:
         pieces = _pieces_of(sharding, positions)
         if pieces is None:
-            raise ShardingError(
-                f"tile assignment of {format_hlo_sharding(sharding)} is not a transposed iota over the "
-                f"device order {device_order.tolist()}, so it has no named-axis form")
+            # A device order of its own (XLA allows any device list per
+            # value): the mesh only has to cut its tile dims, which then
+            # take whole axes in mesh order (`block_axes`), and the
+            # partitioner permutes where such a value crosses the boundary.
+            cuts.update(_flat_cuts(sharding.tile.dims))
+            continue
         for piece in pieces:
             cuts.update((piece.stride, piece.stride * piece.size))
     ordered = sorted(cuts)
@@ -224,3 +232,22 @@ def tile_dim_axes(sharding: HloSharding, mesh: Mesh) -> list[tuple[str, ...]] | 
         dim = next(d for d, (lo, hi) in dim_of_block.items() if lo <= piece.block < hi)
         axes[dim].append(name)
     return [tuple(a) for a in axes]
+
+
+def block_axes(sharding: HloSharding, mesh: Mesh) -> list[tuple[str, ...]] | None:
+    """Whole axes of `mesh`, taken in mesh order, whose sizes make up each
+    tile dim of `sharding` (subgroup dims included): the layout on the mesh
+    with the same blocks as `sharding`, whatever its device order.  None
+    when the axes cannot make up the tile dims."""
+    axes: list[tuple[str, ...]] = []
+    names = list(zip(mesh.axis_names, mesh.mesh_shape))
+    for size in sharding.tile.dims:
+        taken, product = [], 1
+        while product < size and names:
+            name, axis_size = names.pop(0)
+            taken.append(name)
+            product *= axis_size
+        if product != size:
+            return None
+        axes.append(tuple(taken))
+    return axes if not names else None

@@ -41,6 +41,7 @@ from jaxlib.mlir import ir
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.collectives import Emitter
 from stablehlo_spmd.errors import ShardingError, SpmdError
+from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
@@ -49,9 +50,10 @@ from stablehlo_spmd.module_shardings import (
 from stablehlo_spmd.partitioning.skeleton import skeleton as make_skeleton
 from stablehlo_spmd.partitioning.strategy import (
     ON_OWNER, REPLICATED, RULE_DRIVEN, STRATEGIES, Plan, reshard_bytes)
-from stablehlo_spmd.reshard import plan as plan_reshard, plan_cost
+from stablehlo_spmd.reshard import order_pairs, plan as plan_reshard, plan_cost
 from stablehlo_spmd.shapes import element_bytes, local_type, shape_of, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
+from stablehlo_spmd.tile_axes import tile_dim_axes
 
 # Block-argument and yielded-value shardings of one region (None: replicated).
 RegionShardings = tuple["Sequence[Sharding] | None", "Sequence[Sharding] | None"]
@@ -90,20 +92,32 @@ class Partitioner:
         result_shardings = [self.declared(v) for v in values if v.kind == "result"]
         if any(s is None for s in arg_shardings + result_shardings):
             return
+        # Boundary values in a device order of their own: the frame keeps
+        # their order, the body works in the mesh's and permutes at the edge.
+        own_orders = [self._own_order(v) for v in values]
+        arg_orders = own_orders[:len(arg_shardings)]
+        result_orders = own_orders[len(arg_shardings):]
         replaced = [op.operation for op in self.module.regions[0].blocks[0].operations
                     if op.operation.name in ("func.func", "sdy.mesh")]
         skeleton = make_skeleton(self.module, self.mesh, self.func, arg_shardings,
-                                 result_shardings)
+                                 result_shardings, own_orders)
         entry = self.func.regions[0].blocks[0]
-        for old, new, sharding in zip(entry.arguments, skeleton.local_arguments, arg_shardings):
-            self.bind(old, new, sharding)
         operations = list(entry.operations)
         terminator = operations[-1].operation
         with ir.InsertionPoint(skeleton.body):
+            for old, new, sharding, own in zip(entry.arguments, skeleton.local_arguments,
+                                               arg_shardings, arg_orders):
+                if own is not None:
+                    with old.location:
+                        new = self._permuted(new, order_pairs(own, sharding))
+                self.bind(old, new, sharding)
             for op in operations[:-1]:
                 self.emit(op.operation)
             with terminator.location:
                 returned = [self.to(v, s) for v, s in zip(terminator.operands, result_shardings)]
+                returned = [value if own is None else self._permuted(
+                    value, [(b, a) for a, b in order_pairs(own, sharding)])
+                    for value, sharding, own in zip(returned, result_shardings, result_orders)]
         skeleton.finish(returned)
         erase_unused(skeleton.body)
         # A function an op names in `called_computations` (a sort or top-k
@@ -191,12 +205,27 @@ class Partitioner:
             operands.append(moved[value, layout])
         return operands
 
+    def _own_order(self, value) -> HloSharding | None:
+        """`value`'s sharding where it lists its devices in an order the
+        mesh's axes cannot express (`tile_axes.block_axes`), else None."""
+        hlo = read_hlo(value)
+        if hlo is None or hlo.kind != "tiled" or tile_dim_axes(hlo, self.mesh) is not None:
+            return None
+        return hlo
+
+    def _permuted(self, local: ir.Value, pairs: list[tuple[int, int]]) -> ir.Value:
+        if all(a == b for a, b in pairs):
+            return local
+        return self.emitter.collective_permute(local, pairs)
+
     def declared(self, value) -> Sharding | None:
+        """The sharding a function's argument or result is declared with
+        (read in the mesh's device order: see `run` for the boundary)."""
         try:
             hlo = read_hlo(value)
             if hlo is None or hlo.kind == "unknown":
                 return Sharding.replicated(self.mesh, value.rank or 0)
-            sharding = Sharding.from_hlo(hlo, self.mesh, value.rank or 0)
+            sharding = Sharding.from_hlo(hlo, self.mesh, value.rank or 0, any_order=True)
         except ShardingError as error:
             diagnostics.error(error.location or value.location, error.message)
             return None
@@ -238,7 +267,7 @@ class Partitioner:
             parsed = read_hlo(ShardedValue("op", op, 0, None, op.location, op.results[0].type))
             elements = parsed.elements if parsed.kind == "tuple" else (parsed,) * len(shapes)
             found = [fallback if element.kind == "unknown"
-                     else Sharding.from_hlo(element, self.mesh, len(shape))
+                     else Sharding.from_hlo(element, self.mesh, len(shape), any_order=True)
                      for element, shape, fallback in zip(elements, shapes, replicated)]
         except ShardingError as error:
             diagnostics.error(error.location or op.location, f"op '{op.name}': {error.message}")

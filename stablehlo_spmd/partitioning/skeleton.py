@@ -27,6 +27,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, sdy
 from jaxlib.mlir.dialects import stablehlo as hlo
 
+from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
@@ -38,17 +39,28 @@ MESH_NAME = "mesh"
 
 
 def skeleton(module: ir.Operation, mesh: Mesh, old_main: ir.Operation,
-             arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding]):
+             arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding],
+             own_orders: Sequence[HloSharding | None] = ()):
     """The frame for `old_main`'s per-device program: shard_map's form, or
-    GSPMD's manual form when a boundary value does not divide or is manual
-    already (a manual value has no global form to hand shard_map)."""
+    GSPMD's manual form when a boundary value does not divide, is manual
+    already (a manual value has no global form to hand shard_map), or lists
+    its devices in an order of its own.  `own_orders` gives, per argument
+    then result, such a value's sharding as the user wrote it (None for the
+    others): the frame says that one, and the body holds its blocks as
+    that order places them."""
     entry = old_main.regions[0].blocks[0]
     result_types = ir.FunctionType(ir.TypeAttr(old_main.attributes["function_type"]).value).results
     values = [*zip((a.type for a in entry.arguments), arg_shardings),
               *zip(result_types, result_shardings)]
-    shard_map_form = all(_divides(t, s) and not s.manual for t, s in values)
-    frame = ShardMapSkeleton if shard_map_form else GspmdManualSkeleton
-    return frame(module, mesh, old_main, arg_shardings, result_shardings)
+    shard_map_form = all(_divides(t, s) and not s.manual for t, s in values) and \
+        not any(o is not None for o in own_orders)
+    if shard_map_form:
+        return ShardMapSkeleton(module, mesh, old_main, arg_shardings, result_shardings)
+    orders = list(own_orders) or [None] * len(values)
+    written = [o if o is not None else s for o, (_, s) in zip(orders, values)]
+    count = len(arg_shardings)
+    return GspmdManualSkeleton(module, mesh, old_main, arg_shardings, result_shardings,
+                               written[:count], written[count:])
 
 
 def _divides(value_type: ir.Type, sharding: Sharding) -> bool:
@@ -116,18 +128,22 @@ class GspmdManualSkeleton:
     shard-to-full conversions."""
 
     def __init__(self, module: ir.Operation, mesh: Mesh, old_main: ir.Operation,
-                 arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding]):
+                 arg_shardings: Sequence[Sharding], result_shardings: Sequence[Sharding],
+                 arg_written: Sequence[Sharding | HloSharding],
+                 result_written: Sequence[Sharding | HloSharding]):
         context = self._context = module.context
         self.function, self.body = _new_main(module, old_main,
-                                             _hlo_sharding_dicts(arg_shardings, context),
-                                             _hlo_sharding_dicts(result_shardings, context))
+                                             _hlo_sharding_dicts(arg_written, context),
+                                             _hlo_sharding_dicts(result_written, context))
         self._result_types = list(self.function.type.results)
         self._result_shardings = list(result_shardings)
+        self._result_written = list(result_written)
         with ir.InsertionPoint(self.body), old_main.location:
             self.local_arguments = [
-                _to_shard(argument, sharding, context) if isinstance(argument.type,
-                                                                     ir.RankedTensorType)
-                else argument for argument, sharding in zip(self.body.arguments, arg_shardings)]
+                _to_shard(argument, sharding, written, context)
+                if isinstance(argument.type, ir.RankedTensorType) else argument
+                for argument, sharding, written in zip(self.body.arguments, arg_shardings,
+                                                       arg_written)]
 
     def finish(self, local_results: Sequence[ir.Value]) -> None:
         # XLA's partitioner wants an op with effects to say where it runs:
@@ -142,10 +158,11 @@ class GspmdManualSkeleton:
                     self._context)
         with ir.InsertionPoint(self.body), self.function.location:
             func.ReturnOp([
-                _to_full(value, global_type, sharding, self._context)
+                _to_full(value, global_type, sharding, written, self._context)
                 if isinstance(global_type, ir.RankedTensorType) else value
-                for value, global_type, sharding in zip(local_results, self._result_types,
-                                                        self._result_shardings)])
+                for value, global_type, sharding, written in zip(
+                    local_results, self._result_types, self._result_shardings,
+                    self._result_written)])
 
 
 _MANUAL = '"{manual}"'
@@ -153,7 +170,8 @@ _SIDE_EFFECT_OPS = frozenset({"stablehlo.outfeed", "stablehlo.infeed", "stablehl
                               "stablehlo.recv"})
 
 
-def _hlo_sharding_dicts(shardings: Sequence[Sharding], context: ir.Context) -> ir.Attribute:
+def _hlo_sharding_dicts(shardings: Sequence[Sharding | HloSharding],
+                        context: ir.Context) -> ir.Attribute:
     return ir.ArrayAttr.get([ir.DictAttr.get({MHLO_SHARDING: sharding_attr(s, context)}, context)
                              for s in shardings], context)
 
@@ -165,25 +183,25 @@ def _custom_call(target: str, operand: ir.Value, result_type: ir.Type,
     return call.result
 
 
-def _to_shard(argument: ir.Value, sharding: Sharding, context: ir.Context) -> ir.Value:
-    """A global argument as its (ceil-sized) shard on each device (a fully
-    manual one is that already)."""
+def _to_shard(argument: ir.Value, sharding: Sharding, written: Sharding | HloSharding,
+              context: ir.Context) -> ir.Value:
+    """A global argument, laid out as `written` says, as its (ceil-sized)
+    shard on each device (a fully manual one is that already)."""
     if _fully_manual(sharding):
         return argument
     pinned = _custom_call(SHARDING_TARGET, argument, argument.type,
-                          sharding_attr(sharding, context))
+                          sharding_attr(written, context))
     return _custom_call(FULL_TO_SHARD, pinned, local_type(argument.type, sharding),
                         cached_attr(_MANUAL, context))
 
 
 def _to_full(local: ir.Value, global_type: ir.Type, sharding: Sharding,
-             context: ir.Context) -> ir.Value:
-    """A per-device result as the global value sharded as `sharding`."""
+             written: Sharding | HloSharding, context: ir.Context) -> ir.Value:
+    """A per-device result as the global value laid out as `written` says."""
     if _fully_manual(sharding):
         return local
     manual = _custom_call(SHARDING_TARGET, local, local.type, cached_attr(_MANUAL, context))
-    return _custom_call(SHARD_TO_FULL, manual, global_type,
-                        sharding_attr(sharding, context))
+    return _custom_call(SHARD_TO_FULL, manual, global_type, sharding_attr(written, context))
 
 
 def _fully_manual(sharding: Sharding) -> bool:

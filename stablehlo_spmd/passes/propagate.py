@@ -212,7 +212,8 @@ class _Graph:
         if hlo is None or index == NO_VALUE or hlo.kind == "unknown":
             return True
         try:
-            sharding = Sharding.from_hlo(hlo, self.mesh, len(self.shapes[index]))
+            sharding = Sharding.from_hlo(hlo, self.mesh, len(self.shapes[index]),
+                                         any_order=True)
         except ShardingError as error:
             diagnostics.error(value.location, f"{label}: {error.message}")
             return False
@@ -314,7 +315,8 @@ class _Graph:
             if index == NO_VALUE or element.kind == "unknown":
                 continue
             try:
-                sharding = Sharding.from_hlo(element, self.mesh, len(self.shapes[index]))
+                sharding = Sharding.from_hlo(element, self.mesh, len(self.shapes[index]),
+                                             any_order=True)
             except ShardingError as error:
                 diagnostics.error(op.location, f"op '{op.name}': {error.message}")
                 continue

@@ -16,7 +16,8 @@ from stablehlo_spmd.hlo_sharding import (
     HloSharding, TileAssignment, format_hlo_sharding, parse_hlo_sharding)
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.sharding import Sharding
-from stablehlo_spmd.tile_axes import infer_mesh, tile_dim_axes
+from stablehlo_spmd.reshard import order_pairs
+from stablehlo_spmd.tile_axes import block_axes, infer_mesh, tile_dim_axes
 
 
 def xla_array(text):
@@ -156,12 +157,31 @@ def test_incompatible_cut_points():
         assert_round_trips([text], mesh)
 
 
-def test_not_a_transposed_iota():
+def test_a_device_order_of_its_own_only_cuts_the_mesh():
     # The first list fixes the device order 0,2,1,3; in it, 0,1,3,2 sits at
-    # positions 0,2,3,1, which no mixed-radix digits produce.
-    with pytest.raises(ShardingError, match=r"\{devices=\[4\]0,1,3,2\}.*not a transposed iota"):
-        infer_mesh([parse_hlo_sharding("{devices=[2,2]0,2,1,3}"),
-                    parse_hlo_sharding("{devices=[4]0,1,3,2}")])
+    # positions 0,2,3,1, which no mixed-radix digits produce: that sharding
+    # keeps an order of its own, and the mesh only has to cut its 4 tiles.
+    own = parse_hlo_sharding("{devices=[4]0,1,3,2}")
+    mesh = infer_mesh([parse_hlo_sharding("{devices=[2,2]0,2,1,3}"), own])
+    assert mesh.device_ids == (0, 2, 1, 3) and mesh.mesh_shape == (2, 2)
+    assert tile_dim_axes(own, mesh) is None
+    assert block_axes(own, mesh) == [("axis_0", "axis_1")]
+    # Tile dims that whole axes cannot make up have no such layout.
+    assert block_axes(parse_hlo_sharding("{devices=[2,2]0,3,1,2}"),
+                      Mesh.from_axes([("data", 4)])) is None
+
+
+def test_order_pairs_move_each_block_to_the_mesh_order():
+    mesh = Mesh.from_axes([("x", 2)])
+    reversed_order = parse_hlo_sharding("{devices=[2]1,0}")
+    sharding = Sharding(mesh, (("x",),))
+    # Device 1 holds block 0, which device 0 holds in the mesh's order.
+    assert sorted(order_pairs(reversed_order, sharding)) == [(0, 1), (1, 0)]
+    # Replicated copies stay where they already are.
+    partial = parse_hlo_sharding("{devices=[2,2]0,1,3,2 last_tile_dim_replicate}")
+    mesh4 = Mesh.from_axes([("a", 2), ("b", 2)])
+    assert sorted(order_pairs(partial, Sharding(mesh4, (("a",),)))) == [
+        (0, 0), (1, 1), (2, 2), (3, 3)]
 
 
 # ----------------------------------------------------------- tile_dim_axes
