@@ -31,6 +31,7 @@ from stablehlo_spmd.errors import ShardingError, ShardingSyntaxError
 from stablehlo_spmd.hlo_sharding import HloSharding, format_hlo_sharding, parse_hlo_sharding
 from stablehlo_spmd.ir import cached_attr, location_name, source_position
 from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.shapes import tensor_bytes
 from stablehlo_spmd.sharding import Sharding
 from stablehlo_spmd.tile_axes import infer_mesh
 
@@ -339,10 +340,10 @@ def module_mesh(module: ir.Operation) -> Mesh | None:
     if mesh is not None:
         _check_named_devices(module, mesh.size)
         return mesh
-    count, shardings = _checked_shardings(module)
+    count, shardings, weights = _checked_shardings(module)
     if not any(_has_tiles(h) for h in shardings):
         return Mesh.from_axes([("axis_0", count)]) if count and count > 1 else None
-    return infer_mesh(shardings, count)
+    return infer_mesh(shardings, count, weights)
 
 
 def module_device_count(module: ir.Operation) -> int | None:
@@ -354,7 +355,7 @@ def module_device_count(module: ir.Operation) -> int | None:
     if mesh is not None:
         _check_named_devices(module, mesh.size)
         return mesh.size
-    count, shardings = _checked_shardings(module)
+    count, shardings, _ = _checked_shardings(module)
     tiled = [element.tile.num_devices for h in shardings
              for element in (h.elements if h.kind == "tuple" else (h,)) if element.kind == "tiled"]
     if tiled:
@@ -363,20 +364,23 @@ def module_device_count(module: ir.Operation) -> int | None:
 
 
 def _checked_shardings(module: ir.Operation):
-    """(num_partitions, every HloSharding in the module), each tiled one's
-    device count checked against the module's and the first one's."""
+    """(num_partitions, every HloSharding in the module, the bytes of each
+    one's value), each tiled one's device count checked against the
+    module's and the first one's."""
     count = num_partitions(module)
-    shardings, first_tiled = [], None
+    shardings, weights, first_tiled = [], [], None
     for value in all_sharded_values(module):
         hlo = read_hlo(value)
         if hlo is None:
             continue
         shardings.append(hlo)
+        weights.append(tensor_bytes(value.type) if isinstance(value.type, ir.RankedTensorType)
+                       else 1)
         for element in hlo.elements if hlo.kind == "tuple" else (hlo,):
             if element.kind == "tiled":
                 _check_device_count(value, element, count, first_tiled)
                 first_tiled = first_tiled or (value, element.tile.num_devices)
-    return count, shardings
+    return count, shardings, weights
 
 
 def _check_named_devices(module: ir.Operation, size: int) -> None:

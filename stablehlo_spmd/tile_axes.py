@@ -145,14 +145,52 @@ def _tiled_shardings(shardings: Iterable[HloSharding]) -> Iterable[HloSharding]:
             yield sharding
 
 
-def infer_mesh(shardings: Iterable[HloSharding], num_devices: int | None = None) -> Mesh:
+def infer_mesh(shardings: Iterable[HloSharding], num_devices: int | None = None,
+               weights: Sequence[float] | None = None) -> Mesh:
     """The shortest mesh on which every tiled sharding is a choice of whole axes.
 
     Devices fill the mesh in id order, unless some tile assignment is an
-    explicit device list that is not in id order: then the first such list is
-    the mesh's device order, as XLA users who write explicit lists expect.
+    explicit device list that is not in id order: then one such list is the
+    mesh's device order, as XLA users who write explicit lists expect.  With
+    `weights` (one per sharding, e.g. its tensor's bytes), it is the order
+    under which the least weight keeps an order of its own (those values
+    are permuted where the order matters), ties going to the first list.
     Axes are named ``axis_0`` (major) onwards.
     """
+    shardings = list(shardings)
+    candidates = _device_orders(shardings)
+    if weights is None or len(candidates) < 2:
+        return _mesh_in_order(shardings, num_devices, candidates[0] if candidates else None)
+    best, best_cost = None, None
+    for order in candidates:
+        try:
+            mesh = _mesh_in_order(shardings, num_devices, order)
+        except ShardingError:
+            continue
+        cost = sum(weight for sharding, weight in zip(shardings, weights)
+                   for element in _tiled_shardings([sharding])
+                   if tile_dim_axes(element, mesh) is None)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = mesh, cost
+    return best if best is not None else _mesh_in_order(shardings, num_devices, candidates[0])
+
+
+def _device_orders(shardings: Sequence[HloSharding]) -> list[np.ndarray]:
+    """The explicit device lists not in id order, first seen first, then id order."""
+    orders: list[np.ndarray] = []
+    count = None
+    for sharding in _tiled_shardings(shardings):
+        count = sharding.tile.num_devices
+        if not sharding.tile.is_iota:
+            flat = sharding.tile.device_array().reshape(-1)
+            if not np.array_equal(flat, np.arange(len(flat))) and \
+                    not any(np.array_equal(flat, o) for o in orders):
+                orders.append(flat)
+    return orders + [np.arange(count)] if count is not None else []
+
+
+def _mesh_in_order(shardings: Sequence[HloSharding], num_devices: int | None,
+                   device_order: np.ndarray | None) -> Mesh:
     tiled = list(_tiled_shardings(shardings))
     counts = {s.tile.num_devices for s in tiled}
     if num_devices is not None:
@@ -163,14 +201,8 @@ def infer_mesh(shardings: Iterable[HloSharding], num_devices: int | None = None)
     if not counts:
         raise ShardingError("no tiled sharding and no device count to build a mesh from")
     count = counts.pop()
-
-    device_order = np.arange(count)
-    for sharding in tiled:
-        if not sharding.tile.is_iota:
-            flat = sharding.tile.device_array().reshape(-1)
-            if not np.array_equal(flat, device_order):
-                device_order = flat
-                break
+    if device_order is None or len(device_order) != count:
+        device_order = np.arange(count)
     positions = np.empty(count, dtype=np.int64)
     positions[device_order] = np.arange(count)
 

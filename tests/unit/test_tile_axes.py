@@ -171,6 +171,16 @@ def test_a_device_order_of_its_own_only_cuts_the_mesh():
                       Mesh.from_axes([("data", 4)])) is None
 
 
+def test_weights_pick_the_device_order_of_the_heaviest_values():
+    light = parse_hlo_sharding("{devices=[2]1,0}")
+    heavy = parse_hlo_sharding("{devices=[2]0,1}")
+    # Without weights the first explicit list out of id order sets the order.
+    assert infer_mesh([light, heavy]).device_ids == (1, 0)
+    # With them, the order under which less weight keeps an order of its own.
+    assert infer_mesh([light, heavy], weights=[4, 1024]).device_ids == (0, 1)
+    assert infer_mesh([light, heavy], weights=[1024, 4]).device_ids == (1, 0)
+
+
 def test_order_pairs_move_each_block_to_the_mesh_order():
     mesh = Mesh.from_axes([("x", 2)])
     reversed_order = parse_hlo_sharding("{devices=[2]1,0}")
