@@ -58,6 +58,34 @@ def _device_collective(op: ir.Operation):
     return _identities(op).build(UnreducedFlow.NONE, (), keeps_attributes=True)
 
 
+# The dims a collective already in the program resizes, by the attributes naming them.
+_RESIZED_DIMS = {"stablehlo.all_gather": ("all_gather_dim",),
+                 "stablehlo.reduce_scatter": ("scatter_dimension",),
+                 "stablehlo.all_to_all": ("split_dimension", "concat_dimension")}
+
+
+@register(*_RESIZED_DIMS)
+def _resizing_collective(op: ir.Operation):
+    """An all-gather, reduce-scatter or all-to-all already in the program
+    (a shard_map body's): like `_device_collective`, an identity on every
+    dim but the ones it gathers, scatters or splits, which it needs whole on
+    each device."""
+    if len(op.operands) != 1 or len(op.results) != 1:
+        return None
+    operand, result = shape_of(op.operands[0]), shape_of(op.results[0])
+    if operand is None or result is None or len(operand) != len(result):
+        return None
+    resized = {ir.IntegerAttr(op.attributes[name]).value for name in _RESIZED_DIMS[op.name]}
+    builder = RuleBuilder([len(operand)], [len(result)])
+    for dim, (size_in, size_out) in enumerate(zip(operand, result)):
+        if dim in resized:
+            builder.factor(size_in, FactorKind.NEED_REPLICATION, [dim], [None])
+            builder.factor(size_out, FactorKind.NEED_REPLICATION, [None], [dim])
+        else:
+            builder.factor(size_in, FactorKind.PASS_THROUGH, [dim], [dim])
+    return builder.build(UnreducedFlow.NONE, (), keeps_attributes=True)
+
+
 @register("sdy.sharding_constraint")
 def _constraint(op: ir.Operation):
     """A sharding constraint is an identity whose result sharding is the user's."""

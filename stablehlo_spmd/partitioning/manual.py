@@ -18,8 +18,8 @@ where it says (XLA requires both sides annotated), else taken in mesh order
 to make up each dim's size ratio.  Like Shardy, the manual axes come first
 (major) in each dim.
 
-A collective already in the program (``all_reduce``, ``collective_permute``,
-``collective_broadcast``: what a manual body holds) runs on each device's
+A collective already in the program (all-reduce, all-gather, reduce-scatter,
+all-to-all, collective permute or broadcast: what a manual body holds) runs on each device's
 block as it is where its device groups keep to devices that hold the same
 block, the one case XLA's partitioner accepts for manual code.  Where a
 group would mix blocks, the op runs on whole values instead, which is
@@ -144,7 +144,8 @@ def _collective_plan(p: Partitioner, op: ir.Operation) -> Plan:
 
 
 @strategy("stablehlo.all_reduce", "stablehlo.collective_permute",
-          "stablehlo.collective_broadcast", plan=_collective_plan)
+          "stablehlo.collective_broadcast", "stablehlo.all_gather", "stablehlo.reduce_scatter",
+          "stablehlo.all_to_all", plan=_collective_plan)
 def emit_device_collective(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     chosen = REPLICATED if plan.replicates else RULE_DRIVEN
     return chosen.emit_local(p, op, plan, operands)

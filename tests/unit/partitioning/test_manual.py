@@ -7,6 +7,7 @@ device: what the per-device body computes, summed or concatenated as the
 collectives in it say.
 """
 
+import warnings
 from functools import partial
 
 import jax
@@ -86,6 +87,35 @@ def test_shard_map_over_one_axis_leaves_the_other_to_the_partitioner():
     blocks = h.reshape(2, 4, 16)
     want = (blocks - blocks.mean(axis=0, keepdims=True)).reshape(8, 16) * 2
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_collectives_in_a_shard_map_body_run_per_device():
+    # ppermute, all_gather, psum_scatter and all_to_all over "x" in the body:
+    # each is the user's own collective, kept as it is, with no warning.
+    mesh = _mesh(("x", 4), ("y", 2))
+
+    def step(a, b):
+        @partial(jax.shard_map, mesh=mesh, in_specs=(P("x", "y"), P("x")),
+                 out_specs=(P("x", "y"), P(None, "y"), P("x"), P("x")), check_vma=False)
+        def body(a, b):
+            shifted = jax.lax.ppermute(a, "x", [(i, (i + 1) % 4) for i in range(4)])
+            gathered = jax.lax.all_gather(a, "x", axis=0, tiled=True)
+            scattered = jax.lax.psum_scatter(b, "x", scatter_dimension=0, tiled=True)
+            swapped = jax.lax.all_to_all(b, "x", 0, 0, tiled=True)
+            return shifted * 2, gathered, scattered, swapped
+        return body(jnp.sin(a), b)
+
+    a, b = _random(8, 4), _random(16, 3)
+    text = _exported(step, mesh, (P("x", "y"), P("x")), a, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ss.SpmdWarning)
+        partitioned = _partition(text)
+    shifted, gathered, scattered, swapped = (np.asarray(r) for r in ss.run(partitioned, [a, b]))
+    blocks = b.reshape(4, 4, 3)   # b's row block on each x
+    np.testing.assert_allclose(shifted, np.roll(np.sin(a), 2, axis=0) * 2, rtol=1e-6)
+    np.testing.assert_allclose(gathered, np.sin(a), rtol=1e-6)
+    np.testing.assert_allclose(scattered, blocks.sum(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(swapped, blocks.transpose(1, 0, 2).reshape(16, 3), rtol=1e-6)
 
 
 def test_gspmd_manual_region_is_the_identity_at_its_edges():
