@@ -24,6 +24,9 @@ import numpy as np
 from stablehlo_spmd.errors import MeshError
 
 _AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A part of an axis split at Shardy's sub-axes: "x:(2)4" is the axis of 4
+# after the major 2 of "x" (Shardy's "x":(2)4).
+_SUB_AXIS = re.compile(r"(?P<axis>[A-Za-z_][A-Za-z0-9_]*):\((?P<pre>\d+)\)(?P<size>\d+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +153,78 @@ class Mesh:
         return f"Mesh.from_string({axes!r}, device_ids={list(self.device_ids)})"
 
 
+# ------------------------------------------------------------------ sub-axes
+#
+# Shardy names part of an axis: "x":(pre)size is the digit of size `size`
+# after the major `pre` of "x" (pre * size divides the axis).  Here a module
+# whose shardings name sub-axes gets a mesh with each such axis split into
+# parts at every point they name; a part is an axis like any other, named
+# "x:(pre)size", so tile assignments, collectives and propagation need no
+# notion of sub-axes at all.  Printing to Shardy's spelling merges the parts
+# back (`sdy_axis_refs`, `sdy_mesh_axes`).
+
+def sub_axis_name(axis: str, pre: int, size: int) -> str:
+    return f"{axis}:({pre}){size}"
+
+
+def parse_sub_axis(name: str) -> tuple[str, int, int] | None:
+    """(axis, pre-size, size) of a part's name; None for a whole axis."""
+    found = _SUB_AXIS.fullmatch(name)
+    return None if found is None else (found["axis"], int(found["pre"]), int(found["size"]))
+
+
+def split_axes(mesh: Mesh, cuts: dict[str, Iterable[int]]) -> Mesh:
+    """`mesh` with each axis of `cuts` split into parts at those pre-sizes
+    (each must divide the next, and the axis).  Devices keep their places:
+    splitting an axis only names the digits of its coordinate."""
+    names, sizes = [], []
+    for name, size in zip(mesh.axis_names, mesh.mesh_shape):
+        points = sorted({1, size} | set(cuts.get(name, ())))
+        if len(points) == 2:
+            names.append(name)
+            sizes.append(size)
+            continue
+        for low, high in zip(points, points[1:]):
+            names.append(sub_axis_name(name, low, high // low))
+            sizes.append(high // low)
+    return Mesh(mesh.device_ids, tuple(sizes), tuple(names))
+
+
+def sdy_mesh_axes(mesh: Mesh) -> list[tuple[str, int]]:
+    """The mesh's axes as Shardy declares them: parts merged into their axis."""
+    merged: list[tuple[str, int]] = []
+    for name, size in zip(mesh.axis_names, mesh.mesh_shape):
+        part = parse_sub_axis(name)
+        if part is not None and merged and merged[-1][0] == part[0]:
+            merged[-1] = (part[0], merged[-1][1] * size)
+        else:
+            merged.append((part[0] if part else name, size))
+    return merged
+
+
+def sdy_axis_refs(mesh: Mesh, axes: Sequence[str]) -> list[str]:
+    """Shardy's axis references for a run of mesh axes (major to minor):
+    consecutive parts of one axis merge into that axis, or into one
+    sub-axis ``"x":(pre)size``."""
+    whole = dict(sdy_mesh_axes(mesh))
+    refs, index = [], 0
+    while index < len(axes):
+        part = parse_sub_axis(axes[index])
+        index += 1
+        if part is None:
+            refs.append(f'"{axes[index - 1]}"')
+            continue
+        axis, pre, size = part
+        while index < len(axes):
+            following = parse_sub_axis(axes[index])
+            if following is None or following[0] != axis or following[1] != pre * size:
+                break
+            size *= following[2]
+            index += 1
+        refs.append(f'"{axis}"' if pre == 1 and size == whole[axis] else f'"{axis}":({pre}){size}')
+    return refs
+
+
 def _integers(values, what: str) -> tuple[int, ...]:
     flat = np.asarray(values).reshape(-1)
     try:
@@ -170,7 +245,8 @@ def _check_mesh(ids: tuple[int, ...], shape: tuple[int, ...], names: tuple[str, 
             f"mesh has {len(shape)} axes {list(shape)} but {len(names)} names {list(names)}")
     _check_sizes(shape, names)
     for name in names:
-        if not isinstance(name, str) or not _AXIS_NAME.fullmatch(name):
+        if not isinstance(name, str) or not (_AXIS_NAME.fullmatch(name)
+                                             or _SUB_AXIS.fullmatch(name)):
             raise MeshError(f"mesh axis name {name!r} is not an identifier")
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

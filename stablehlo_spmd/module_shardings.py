@@ -15,22 +15,31 @@ A partitionable module carries:
 so both spellings are accepted as input; `mesh_attr_text` and
 `sdy_sharding_text` write Shardy's spelling back out.  `sharding_attr` builds the string
 attribute for a `Sharding` through a value-keyed cache.
+
+Shardy's sub-axes (``"x":(2)4``) become axes: the import splits each axis
+that shardings name parts of at the points they name (`mesh.split_axes`),
+so ``spmd.mesh`` lists the parts, and the Shardy spelling written back
+merges them again.  A sub-axis that cuts its axis where the others do not
+reads as the devices it lists (an order of its own: `tile_axes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from typing import Iterable, Iterator
 
+import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy, stablehlo
 
 from stablehlo_spmd.errors import ShardingError, ShardingSyntaxError
-from stablehlo_spmd.hlo_sharding import HloSharding, format_hlo_sharding, parse_hlo_sharding
+from stablehlo_spmd.hlo_sharding import (
+    HloSharding, TileAssignment, format_hlo_sharding, parse_hlo_sharding)
 from stablehlo_spmd.ir import cached_attr, location_name, source_position
-from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.mesh import Mesh, parse_sub_axis, sdy_axis_refs, sdy_mesh_axes, split_axes
 from stablehlo_spmd.shapes import tensor_bytes
 from stablehlo_spmd.sharding import Sharding
 from stablehlo_spmd.tile_axes import infer_mesh
@@ -107,8 +116,12 @@ def is_sharding_constraint(op: ir.Operation) -> bool:
 
 # --------------------------------------------------------------------- mesh
 
-def mesh_attr_text(mesh: Mesh) -> str:
-    axes = ", ".join(f'"{n}"={s}' for n, s in zip(mesh.axis_names, mesh.mesh_shape))
+def mesh_attr_text(mesh: Mesh, sdy_axes: bool = False) -> str:
+    """The mesh as an ``#sdy.mesh`` attribute: with `sdy_axes`, as Shardy
+    declares it (split axes merged back: `mesh.sdy_mesh_axes`), else with
+    every part as an axis of its own (the module's own ``spmd.mesh``)."""
+    pairs = sdy_mesh_axes(mesh) if sdy_axes else zip(mesh.axis_names, mesh.mesh_shape)
+    axes = ", ".join(f'"{n}"={s}' for n, s in pairs)
     ids = "" if mesh.is_iota else f", device_ids=[{', '.join(map(str, mesh.device_ids))}]"
     return f"#sdy.mesh<[{axes}]{ids}>"
 
@@ -126,14 +139,16 @@ def sdy_sharding_text(sharding: Sharding, mesh_name: str = "mesh") -> str:
     if sharding.is_maximal:
         return f"#sdy.sharding<@maximal_mesh_{sharding.maximal_device}, []>"  # no dims, as JAX
 
+    mesh = sharding.mesh
+
     def dimension(dim: int, axes: tuple[str, ...]) -> str:
-        names = [f'"{a}"' for a in axes] + (["?"] if dim in sharding.open_dims else [])
+        names = sdy_axis_refs(mesh, axes) + (["?"] if dim in sharding.open_dims else [])
         return "{" + ", ".join(names) + "}"
 
     dims = ", ".join(dimension(d, axes) for d, axes in enumerate(sharding.dim_axes))
     unreduced = ""
     if sharding.unreduced:
-        unreduced = ", unreduced={" + ", ".join(f'"{a}"' for a in sharding.unreduced) + "}"
+        unreduced = ", unreduced={" + ", ".join(sdy_axis_refs(mesh, sharding.unreduced)) + "}"
     return f"#sdy.sharding<@{mesh_name}, [{dims}]{unreduced}>"
 
 
@@ -453,6 +468,11 @@ def import_shardy(module: ir.Operation, lower_manual: bool = True) -> Mesh | Non
     if not full:
         full = _declared_mesh(mesh_ops, meshes)
     mesh = next(iter(full), None)
+    if mesh is not None:
+        # Axes that shardings name sub-axes of are split into parts there.
+        refined = split_axes(mesh, _sub_axis_cuts(module, mesh))
+        meshes = {name: refined if found == mesh else found for name, found in meshes.items()}
+        mesh = refined
 
     updates = []
     for value in all_values_with(module, SDY_SHARDING):
@@ -785,19 +805,31 @@ def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int | None], mesh: Me
         target = _mesh_or_device(ref)
     if isinstance(target, int):
         return HloSharding.maximal(target), frozenset(), {}
-    dim_axes, open_dims, priorities = [], [], {}
+    dim_refs, open_dims, priorities = [], [], {}
     for dim, dim_attr in enumerate(sharding.dimension_shardings):
         dimension = sdy.DimensionShardingAttr(dim_attr)
-        dim_axes.append(tuple(_axis_name(a, value) for a in dimension.axes))
+        dim_refs.append([_axis_ref(a) for a in dimension.axes])
         if not dimension.is_closed:
             open_dims.append(dim)
         if dimension.priority is not None:
             priorities[dim] = dimension.priority
     if target is None:  # the empty mesh: no axes to split over
-        if any(dim_axes):
+        if any(dim_refs):
             raise _located(value, "a sharding on the empty mesh <[]> cannot name axes")
         return HloSharding.replicated(), frozenset(open_dims), {}
-    unreduced = tuple(_axis_name(a, value) for a in sharding.unreduced_axes)
+    try:
+        dim_axes = [_mesh_axes(refs, target) for refs in dim_refs]
+        unreduced = _mesh_axes([_axis_ref(a) for a in sharding.unreduced_axes], target)
+    except ShardingError as error:
+        raise _located(value, error.message) from None
+    if unreduced is None:
+        raise _located(value, "unreduced sub-axes that cut their axis differently from the "
+                              "module's other sub-axes are not supported")
+    if any(axes is None for axes in dim_axes):
+        # Sub-axes that split an axis differently from the module's others
+        # (Shardy's "x":(1)2 beside "x":(3)2 on x=6): the devices each
+        # block lives on, listed as XLA does.
+        return _explicit_tiles(dim_refs, target), frozenset(open_dims), priorities
     try:
         axis_sharding = Sharding(target, tuple(dim_axes), unreduced=unreduced,
                                  open_dims=frozenset(open_dims))
@@ -806,11 +838,108 @@ def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int | None], mesh: Me
     return axis_sharding.to_hlo(), axis_sharding.open_dims, priorities
 
 
-def _axis_name(attr: ir.Attribute, value: ShardedValue) -> str:
+def _axis_ref(attr: ir.Attribute) -> tuple[str, int | None, int | None]:
+    """(axis, pre-size, size) of an axis reference; None, None for a whole axis."""
     axis = sdy.AxisRefAttr(attr)
-    if axis.sub_axis_info is not None:
-        raise _located(value, f"sdy sub-axis {attr} is not supported; use whole mesh axes")
-    return axis.name
+    if axis.sub_axis_info is None:
+        return axis.name, None, None
+    info = sdy.SubAxisInfoAttr(axis.sub_axis_info)
+    return axis.name, info.pre_size, info.size
+
+
+def _parts(mesh: Mesh, axis: str) -> list[tuple[str, int, int]]:
+    """(part name, pre-size, size) of every part of `axis`, major first."""
+    if axis in mesh.axis_names:
+        return [(axis, 1, mesh.axis_size(axis))]
+    return [(name, part[1], part[2]) for name in mesh.axis_names
+            if (part := parse_sub_axis(name)) is not None and part[0] == axis]
+
+
+def _mesh_axes(refs, mesh: Mesh) -> tuple[str, ...] | None:
+    """The mesh axes (parts) the references name, major first; None where a
+    sub-axis does not fall on the parts' boundaries."""
+    axes: list[str] = []
+    for axis, pre, size in refs:
+        parts = _parts(mesh, axis)
+        if not parts:
+            raise ShardingError(f"unknown mesh axis {axis!r}; the mesh has "
+                                f"{', '.join(n for n, _ in sdy_mesh_axes(mesh))}")
+        if pre is None:
+            axes += [name for name, _, _ in parts]
+            continue
+        taken = [(name, p, n) for name, p, n in parts if p >= pre and p * n <= pre * size]
+        if math.prod(n for _, _, n in taken) != size:
+            return None
+        axes += [name for name, _, _ in taken]
+    return tuple(axes)
+
+
+def _explicit_tiles(dim_refs, mesh: Mesh) -> HloSharding:
+    """The tile assignment of a sharding over (sub-)axes as a device list:
+    each device's block is read off its coordinate on each named axis."""
+    positions = np.array(np.unravel_index(np.arange(mesh.size), mesh.mesh_shape)).T
+    coordinates: dict[str, np.ndarray] = {}
+    for axis, whole in sdy_mesh_axes(mesh):
+        value = np.zeros(mesh.size, dtype=np.int64)
+        for name, _, size in _parts(mesh, axis):
+            value = value * size + positions[:, mesh.axis_index(name)]
+        coordinates[axis] = value
+    counts, blocks = [], []
+    for refs in dim_refs:
+        block, count = np.zeros(mesh.size, dtype=np.int64), 1
+        for axis, pre, size in refs:
+            whole = dict(sdy_mesh_axes(mesh))[axis]
+            pre, size = (1, whole) if pre is None else (pre, size)
+            digit = (coordinates[axis] // (whole // (pre * size))) % size
+            block, count = block * size + digit, count * size
+        counts.append(count)
+        blocks.append(block)
+    flat = np.zeros(mesh.size, dtype=np.int64)
+    for block, count in zip(blocks, counts):
+        flat = flat * count + block
+    replicas = mesh.size // math.prod(counts)
+    devices = np.array(mesh.device_ids)[np.argsort(flat, kind="stable")]
+    tile = TileAssignment.from_devices(devices.reshape(*counts, replicas))
+    return HloSharding.tiled(tile, ("replicated",) if replicas > 1 else ())
+
+
+def _sub_axis_cuts(module: ir.Operation, mesh: Mesh) -> dict[str, list[int]]:
+    """Where each axis is cut by the sub-axes the module's shardings name:
+    every sub-axis's pre-size and its end, kept while they divide one
+    another (a sub-axis that cuts elsewhere is read as explicit tiles)."""
+    found: list[tuple[str, int, int]] = []
+
+    def visit(op):
+        attributes = op.attributes
+        for name in _SDY_SHARDING_ATTRS:
+            if name in attributes:
+                text = str(attributes[name])
+                if '":(' in text:
+                    found.extend((a, int(p), int(n)) for a, p, n in _SUB_AXIS_REF.findall(text))
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for func in functions(module):
+        for name in ("arg_attrs", "res_attrs"):
+            if name in func.attributes:
+                text = str(func.attributes[name])
+                found.extend((a, int(p), int(n)) for a, p, n in _SUB_AXIS_REF.findall(text))
+    cuts: dict[str, list[int]] = {}
+    for axis, pre, size in found:
+        if axis not in mesh.axis_names:
+            continue
+        chain = cuts.setdefault(axis, [1, mesh.axis_size(axis)])
+        for point in (pre, pre * size):
+            if point in chain:
+                continue
+            merged = sorted(chain + [point])
+            if all(high % low == 0 for low, high in zip(merged, merged[1:])):
+                chain[:] = merged
+    return {axis: chain for axis, chain in cuts.items() if len(chain) > 2}
+
+
+_SDY_SHARDING_ATTRS = (SDY_SHARDING, "sharding", "in_shardings", "out_shardings")
+_SUB_AXIS_REF = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)":\((\d+)\)(\d+)')
 
 
 def _replace_constraint(op: ir.Operation, meshes, mesh) -> None:

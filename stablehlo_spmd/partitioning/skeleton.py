@@ -29,7 +29,7 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import cached_attr
-from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.mesh import Mesh, sdy_mesh_axes
 from stablehlo_spmd.module_shardings import (
     FULL_TO_SHARD, MHLO_SHARDING, SDY_SHARDING, SHARD_TO_FULL, SHARDING_TARGET, mesh_attr_text, sdy_sharding_text, sharding_attr)
 from stablehlo_spmd.shapes import local_type
@@ -82,7 +82,7 @@ def _new_main(module: ir.Operation, old_main: ir.Operation, arg_attrs: ir.Attrib
     with ir.InsertionPoint.at_block_begin(top) if first is None else ir.InsertionPoint(first):
         with old_main.location:
             if mesh is not None:
-                sdy.MeshOp(MESH_NAME, cached_attr(mesh_attr_text(mesh), context))
+                sdy.MeshOp(MESH_NAME, cached_attr(mesh_attr_text(mesh, sdy_axes=True), context))
             function = func.FuncOp("main", (list(signature.inputs), list(signature.results)),
                                    visibility="public")
     function.attributes["arg_attrs"] = arg_attrs
@@ -108,7 +108,7 @@ class ShardMapSkeleton:
             manual = sdy.ManualComputationOp(
                 result_types, list(outer.arguments), _per_value(arg_shardings, context),
                 _per_value(result_shardings, context),
-                cached_attr("#sdy<manual_axes{" + ", ".join(f'"{a}"' for a in mesh.axis_names)
+                cached_attr("#sdy<manual_axes{" + ", ".join(f'"{a}"' for a, _ in sdy_mesh_axes(mesh))
                             + "}>", context))
             self.body = manual.regions[0].blocks.append(
                 *[local_type(a.type, s) for a, s in zip(outer.arguments, arg_shardings)],

@@ -261,7 +261,7 @@ def _replace_constraint(op: ir.Operation, attr: ir.Attribute | None) -> None:
 def _declare_meshes(module: ir.Operation, mesh: Mesh, maximal_devices: set[int]) -> None:
     context = module.context
     body = module.regions[0].blocks[0]
-    declarations = [(MESH_NAME, mesh_attr_text(mesh))]
+    declarations = [(MESH_NAME, mesh_attr_text(mesh, sdy_axes=True))]
     declarations += [(f"maximal_mesh_{d}", f"#sdy.mesh<[], device_ids=[{d}]>")
                      for d in sorted(maximal_devices)]
     with ir.InsertionPoint.at_block_begin(body), module.location:

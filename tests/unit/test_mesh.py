@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from stablehlo_spmd.errors import MeshError, SpmdError
-from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.mesh import Mesh, parse_sub_axis, sdy_axis_refs, sdy_mesh_axes, split_axes
 
 
 # ------------------------------------------------------------ constructors
@@ -303,3 +303,21 @@ def test_non_integer_sizes_and_ids_are_mesh_errors(ids, shape, message):
     with pytest.raises(MeshError) as info:
         Mesh(ids, shape, ("x",))
     assert str(info.value) == message
+
+
+# ------------------------------------------------------------------ sub-axes
+
+def test_split_axes_names_each_part_by_its_pre_size():
+    mesh = Mesh.from_string("a=8,b=2")
+    split = split_axes(mesh, {"a": [2, 4]})
+    assert split.axis_names == ("a:(1)2", "a:(2)2", "a:(4)2", "b")
+    assert split.device_ids == mesh.device_ids   # devices keep their places
+    assert parse_sub_axis("a:(2)2") == ("a", 2, 2) and parse_sub_axis("b") is None
+    assert sdy_mesh_axes(split) == [("a", 8), ("b", 2)]
+
+
+def test_sdy_axis_refs_merge_parts_back_into_shardys_spelling():
+    split = split_axes(Mesh.from_string("a=8,b=2"), {"a": [2, 4]})
+    assert sdy_axis_refs(split, ("a:(1)2", "a:(2)2", "a:(4)2")) == ['"a"']
+    assert sdy_axis_refs(split, ("a:(1)2", "a:(2)2")) == ['"a":(1)4']
+    assert sdy_axis_refs(split, ("a:(4)2", "a:(1)2", "b")) == ['"a":(4)2', '"a":(1)2', '"b"']

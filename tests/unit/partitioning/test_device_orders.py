@@ -49,3 +49,21 @@ func.func @main(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[2,2]3,1,2,0}"},
     x, w = _random(8, 8), _random(8, 8)
     np.testing.assert_allclose(np.asarray(ss.run(partitioned, [x, w])[0]), x @ w,
                                rtol=1e-5, atol=1e-5)
+
+
+SUB_AXES = """
+sdy.mesh @mesh = <["a"=6]>
+func.func @main(%x: tensor<4x6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a":(1)2}, {}]>})
+    -> (tensor<4x6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"a":(3)2}]>}) {
+  %0 = stablehlo.sine %x : tensor<4x6xf32>
+  return %0 : tensor<4x6xf32>
+}
+"""
+
+
+def test_sub_axes_that_cut_an_axis_two_ways_run_right():
+    # "a":(1)2 splits a=6 as 2x3, "a":(3)2 as 3x2: the mesh takes the first
+    # cut, and the second reads as its devices listed, an order of its own.
+    partitioned = ss.run_passes(SUB_AXES, "spmd-propagate,spmd-partition,canonicalize")
+    x = _random(4, 6)
+    np.testing.assert_allclose(np.asarray(ss.run(partitioned, [x])[0]), np.sin(x), rtol=1e-6)
