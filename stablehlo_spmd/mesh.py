@@ -180,7 +180,7 @@ def split_axes(mesh: Mesh, cuts: dict[str, Iterable[int]]) -> Mesh:
     names, sizes = [], []
     for name, size in zip(mesh.axis_names, mesh.mesh_shape):
         points = sorted({1, size} | set(cuts.get(name, ())))
-        if len(points) == 2:
+        if len(points) <= 2:  # not cut (or of size 1)
             names.append(name)
             sizes.append(size)
             continue

@@ -314,6 +314,8 @@ def test_split_axes_names_each_part_by_its_pre_size():
     assert split.device_ids == mesh.device_ids   # devices keep their places
     assert parse_sub_axis("a:(2)2") == ("a", 2, 2) and parse_sub_axis("b") is None
     assert sdy_mesh_axes(split) == [("a", 8), ("b", 2)]
+    # An axis of size 1 has nothing to split, and stays.
+    assert split_axes(Mesh.from_string("a=1,b=2"), {}).axis_names == ("a", "b")
 
 
 def test_sdy_axis_refs_merge_parts_back_into_shardys_spelling():
