@@ -281,6 +281,10 @@ class _Graph:
         if rule is None:
             if not op_rules.has_rule(name) or name == "stablehlo.custom_call":
                 self._replicate_unknown(op)
+            elif MHLO_SHARDING in op.attributes:
+                # Control flow (while, if, case, call) has only ties, but its
+                # results' annotation is the user's like any op's.
+                self._pin_op(op, results)
             return
         operands = [self.ids.get(v, NO_VALUE) for v in op.operands]
         if len(rule.operands) != len(operands) or len(rule.results) != len(results):
