@@ -424,6 +424,8 @@ class _Graph:
         manual: dict[int, tuple[str, ...]] = {}
         pinned = {index: sharding.manual for index, sharding, *_ in self.pins}
         manual.update((i, m) for i, m in pinned.items() if m)
+        if not manual:
+            return manual   # no region: nothing to walk
         for _sweep in range(2):
             for node, op in zip(self.nodes, self.node_ops):
                 if op is not None and is_manual_boundary(op):
