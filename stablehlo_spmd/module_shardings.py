@@ -568,43 +568,49 @@ def _lower_manual_computation(op: ir.Operation, meshes, mesh: Mesh | None) -> No
         parent = parent.parent
     inside = enclosing + own
 
-    def layouts(name: str) -> list[Sharding]:
+    def layouts(name: str) -> list[tuple[Sharding, frozenset[int]]]:
         per_value = sdy.TensorShardingPerValueAttr(op.attributes[name])
         found = []
         for attr in per_value.shardings:
-            hlo, _, _ = _from_sdy(attr, meshes, mesh, value)
+            hlo, open_dims, _ = _from_sdy(attr, meshes, mesh, value)
             rank = len(sdy.TensorShardingAttr(attr).dimension_shardings)
-            found.append(Sharding.from_hlo(hlo, mesh, rank))
+            found.append((Sharding.from_hlo(hlo, mesh, rank, any_order=True), open_dims))
         return found
 
+    # Open dims (``{"x", ?}``: what shard_map writes for the axes it leaves
+    # free) stay open on both sides of each edge, so propagation splits the
+    # body over the free axes as it would the code around it.
     context = op.context
     body = op.regions[0].blocks[0]
     with ir.InsertionPoint(op), op.location:
-        for argument, outer, operand in zip(body.arguments, layouts("in_shardings"),
-                                             op.operands):
+        for argument, (outer, open_dims), operand in zip(body.arguments,
+                                                         layouts("in_shardings"), op.operands):
             pinned = _custom_call(SHARDING_TARGET, operand, operand.type,
-                                  outer.in_manual(enclosing), context)
+                                  outer.in_manual(enclosing), open_dims, context)
             local = _custom_call(FULL_TO_SHARD, pinned, argument.type, outer.in_manual(inside),
-                                 context)
+                                 open_dims, context)
             argument.replace_all_uses_with(local)
         operations = list(body.operations)
         for inner in operations[:-1]:
             inner.operation.move_before(op)
             _add_manual_axes(inner.operation, inside, mesh)
         returned = operations[-1].operation
-        for result, outer, local in zip(op.results, layouts("out_shardings"),
-                                        list(returned.operands)):
+        for result, (outer, open_dims), local in zip(op.results, layouts("out_shardings"),
+                                                     list(returned.operands)):
             pinned = _custom_call(SHARDING_TARGET, local, local.type, outer.in_manual(inside),
-                                  context)
+                                  open_dims, context)
             result.replace_all_uses_with(_custom_call(SHARD_TO_FULL, pinned, result.type,
-                                                      outer.in_manual(enclosing), context))
+                                                      outer.in_manual(enclosing), open_dims,
+                                                      context))
     op.erase()
 
 
 def _custom_call(target: str, operand: ir.Value, result_type: ir.Type, sharding: Sharding,
-                 context: ir.Context) -> ir.Value:
+                 open_dims: frozenset[int], context: ir.Context) -> ir.Value:
     call = stablehlo.CustomCallOp([result_type], [operand], target)
     call.operation.attributes[MHLO_SHARDING] = sharding_attr(sharding, context)
+    if open_dims:
+        call.operation.attributes[OPEN_DIMS] = open_dims_attr(open_dims, context)
     return call.results[0]
 
 

@@ -19,7 +19,8 @@ import math
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from stablehlo_spmd.module_shardings import is_manual_boundary, is_sharding_constraint
+from stablehlo_spmd.module_shardings import (
+    FULL_TO_SHARD, is_manual_boundary, is_sharding_constraint)
 from stablehlo_spmd.op_rules import (
     FactorKind, OpRule, RuleBuilder, UnreducedFlow, register, register_group, register_ties)
 from stablehlo_spmd.op_rules.indexing import top_k_rule
@@ -130,20 +131,31 @@ def _custom_call(op: ir.Operation):
 
 
 def _manual_boundary(op: ir.Operation):
-    """``@SPMDFullToShardShape`` / ``@SPMDShardToFullShape``: no sharding
-    crosses them.  Each side's dims are factors of their own, since the two
-    sides are different tensors (a device's block and the global value), and
-    both sides carry the user's shardings, as XLA requires; the partitioner
-    lines them up (`partitioning.basic`)."""
+    """``@SPMDFullToShardShape`` / ``@SPMDShardToFullShape``: each dim of
+    the global side is the manual axes' part (major: it is what the region
+    cuts away) times the region value's dim, and only the second part
+    crosses.  So the free axes propagate through the edge, as Shardy's do
+    through a manual computation, and the manual ones cannot; the
+    partitioner lines the two sides up (`partitioning.manual`)."""
     if len(op.operands) != 1 or len(op.results) != 1:
         return None
     operand, result = shape_of(op.operands[0]), shape_of(op.results[0])
     if operand is None or result is None or len(operand) != len(result):
         return None
+    entering = ir.StringAttr(op.attributes["call_target_name"]).value == FULL_TO_SHARD
+    whole, block = (operand, result) if entering else (result, operand)
     builder = RuleBuilder([len(operand)], [len(result)])
-    for dim, (outer, inner) in enumerate(zip(operand, result)):
-        builder.factor(outer, FactorKind.PASS_THROUGH, [dim], [None])
-        builder.factor(inner, FactorKind.PASS_THROUGH, [None], [dim])
+    for dim, (size, local) in enumerate(zip(whole, block)):
+        if local == 0 or size % local:
+            # No block of the global value: nothing crosses (the partitioner
+            # says where the region's type is wrong).
+            builder.factor(operand[dim], FactorKind.PASS_THROUGH, [dim], [None])
+            builder.factor(result[dim], FactorKind.PASS_THROUGH, [None], [dim])
+            continue
+        if size // local > 1:
+            on_whole = ([dim], [None]) if entering else ([None], [dim])
+            builder.factor(size // local, FactorKind.PASS_THROUGH, *on_whole)
+        builder.factor(local, FactorKind.PASS_THROUGH, [dim], [dim])
     return builder.build(UnreducedFlow.NONE)
 
 

@@ -48,3 +48,21 @@ func.func @nested(%arg0: tensor<8x4xf32>) -> tensor<8x4xf32> {
   } : (tensor<8x4xf32>) -> tensor<8x4xf32>
   return %0 : tensor<8x4xf32>
 }
+
+// -----
+
+// Axes a region leaves free are open at its edges ({"x", ?}: what
+// jax.shard_map writes for them), and propagate through it: the body's
+// value, manual over "x", takes "y" on dim 1 from the operand.
+
+// CHECK-LABEL: func.func @free_axes_cross
+// CHECK: %[[IN:.*]] = stablehlo.custom_call @SPMDFullToShardShape(%{{.*}}) {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={manual}}"} : (tensor<8x4xf32>) -> tensor<4x4xf32>
+// CHECK-NEXT: stablehlo.negate %[[IN]] {mhlo.sharding = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={manual}}"}
+sdy.mesh @mesh = <["x"=2, "y"=2]>
+func.func @free_axes_cross(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}) -> tensor<8x4xf32> {
+  %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"x", ?}, {?}]>] out_shardings=[<@mesh, [{"x", ?}, {?}]>] manual_axes={"x"} (%arg1: tensor<4x4xf32>) {
+    %1 = stablehlo.negate %arg1 : tensor<4x4xf32>
+    sdy.return %1 : tensor<4x4xf32>
+  } : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}
