@@ -117,9 +117,10 @@ def plan(source: Sharding, target: Sharding, shape: Sequence[int], element_bytes
     """The cheapest list of steps turning `source` into `target` for a tensor of `shape`.
 
     Raises `ReshardError` when no plan exists: different meshes, manual
-    axes that the target does not keep, a maximal sharding on one side only, or a target with unreduced
-    axes (or another reduction) that the source does not have.  Plans are
-    cached by their arguments (shardings are values).
+    axes that the target does not keep, a maximal sharding on one side
+    only, or a target with unreduced axes (or another reduction) that the
+    source does not have.  Plans are cached by their arguments (shardings
+    are values).
     """
     shape = tuple(int(n) for n in shape)
     if target.manual and not source.manual:

@@ -11,9 +11,10 @@ the sharding constraints that only say where a value should live.
   marked reshard's all-reduce or reduce-scatter is emitted.
 
 Custom calls share one entry in the strategy table: besides constraints
-and the edges of manual regions (`partitioning.manual`), a call carrying an ``sdy.sharding_rule`` runs by that rule, and one to a
-target this project knows (XLA's ``@TopK``: `sorting.TOP_K_CALL`) takes
-that target's strategy; any other runs replicated.
+and the edges of manual regions (`partitioning.manual`), a call carrying
+an ``sdy.sharding_rule`` runs by that rule, and one to a target this
+project knows (XLA's ``@TopK``: `sorting.TOP_K_CALL`) takes that target's
+strategy; any other runs replicated.
 """
 
 from __future__ import annotations
@@ -124,8 +125,8 @@ _BY_TARGET = {"TopK": TOP_K_CALL}
 def _custom_call_strategy(op: ir.Operation) -> Strategy | None:
     """A custom call's strategy, chosen as its op rule is
     (`op_rules.control`): a sharding constraint, the edge of a manual region
-    (`partitioning.manual`), a call with an ``sdy.sharding_rule``, a target this project knows; None for an opaque
-    call (it runs replicated)."""
+    (`partitioning.manual`), a call with an ``sdy.sharding_rule``, a target
+    this project knows; None for an opaque call (it runs replicated)."""
     if is_sharding_constraint(op):
         return _CONSTRAINT
     if is_manual_boundary(op):

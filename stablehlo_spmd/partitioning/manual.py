@@ -19,11 +19,11 @@ to make up each dim's size ratio.  Like Shardy, the manual axes come first
 (major) in each dim.
 
 A collective already in the program (all-reduce, all-gather, reduce-scatter,
-all-to-all, collective permute or broadcast: what a manual body holds) runs on each device's
-block as it is where its device groups keep to devices that hold the same
-block, the one case XLA's partitioner accepts for manual code.  Where a
-group would mix blocks, the op runs on whole values instead, which is
-always right.
+all-to-all, collective permute or broadcast: what a manual body holds) runs
+on each device's block as it is where its device groups keep to devices
+that hold the same block, the one case XLA's partitioner accepts for manual
+code.  Where a group would mix blocks, the op runs on whole values instead,
+which is always right.
 """
 
 from __future__ import annotations

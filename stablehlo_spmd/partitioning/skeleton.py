@@ -31,7 +31,8 @@ from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.mesh import Mesh, sdy_mesh_axes
 from stablehlo_spmd.module_shardings import (
-    FULL_TO_SHARD, MHLO_SHARDING, SDY_SHARDING, SHARD_TO_FULL, SHARDING_TARGET, mesh_attr_text, sdy_sharding_text, sharding_attr)
+    FULL_TO_SHARD, MHLO_SHARDING, SDY_SHARDING, SHARD_TO_FULL, SHARDING_TARGET, mesh_attr_text,
+    sdy_sharding_text, sharding_attr)
 from stablehlo_spmd.shapes import local_type
 from stablehlo_spmd.sharding import Sharding
 
@@ -108,8 +109,9 @@ class ShardMapSkeleton:
             manual = sdy.ManualComputationOp(
                 result_types, list(outer.arguments), _per_value(arg_shardings, context),
                 _per_value(result_shardings, context),
-                cached_attr("#sdy<manual_axes{" + ", ".join(f'"{a}"' for a, _ in sdy_mesh_axes(mesh))
-                            + "}>", context))
+                cached_attr("#sdy<manual_axes{"
+                            + ", ".join(f'"{a}"' for a, _ in sdy_mesh_axes(mesh)) + "}>",
+                            context))
             self.body = manual.regions[0].blocks.append(
                 *[local_type(a.type, s) for a, s in zip(outer.arguments, arg_shardings)],
                 arg_locs=[a.location for a in outer.arguments])
