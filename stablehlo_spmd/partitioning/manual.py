@@ -126,20 +126,36 @@ def _device_groups(op: ir.Operation) -> list[list[int]]:
         ir.RankedTensorType(op.attributes[name].type).shape[-1]).tolist()
 
 
-def _keeps_to_blocks(layout: Sharding, groups: list[list[int]]) -> bool:
+def _group_mixing_blocks(layout: Sharding, groups: list[list[int]]) -> list[int] | None:
+    """The first device group whose devices hold different blocks of a value
+    laid out as `layout`, if any."""
     mesh = layout.mesh
 
     def block(device: int) -> tuple[int, ...]:
         return tuple(axis_coordinate(mesh, device, axes) for axes in layout.dim_axes)
 
-    return all(len({block(d) for d in group if d >= 0}) <= 1 for group in groups)
+    return next((group for group in groups if len({block(d) for d in group if d >= 0}) > 1),
+                None)
 
 
 def _collective_plan(p: Partitioner, op: ir.Operation) -> Plan:
+    groups = _device_groups(op)
     plan = RULE_DRIVEN.plan(p, op)
-    if plan is not None and all(layout is None or _keeps_to_blocks(layout, _device_groups(op))
+    if plan is not None and all(layout is None or _group_mixing_blocks(layout, groups) is None
                                 for layout in plan.required):
         return plan
+    for value in op.operands:
+        current = p.shardings.get(value)
+        if current is not None and current.manual:
+            mixed = _group_mixing_blocks(current, groups)
+            if mixed is not None:
+                # Manual code combines each device's own value: a group that
+                # spans devices holding different blocks of it has no
+                # meaning, and XLA's partitioner refuses it as well.
+                raise ShardingError(
+                    f"'{op.name}' combines devices {mixed}, which hold different blocks of "
+                    f"a value manual over {', '.join(current.manual)}; a collective in manual "
+                    "code must keep to devices holding the same block")
     return REPLICATED.plan(p, op)
 
 
