@@ -200,6 +200,21 @@ def _line_of(line_starts: list[int], offset: int) -> int:
     return bisect.bisect_right(line_starts, offset)
 
 
+def ops_named(root: ir.Operation, names) -> list[ir.Operation]:
+    """The ops under `root` (itself included) whose name is in `names`, in
+    the walk's post-order (inner ops before the ops holding them), collected
+    first so that callers may rewrite them."""
+    found: list[ir.Operation] = []
+
+    def visit(op):
+        if op.name in names:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return found
+
+
 def print_module(module: ir.Operation, debug_info: bool = False) -> str:
     return module.get_asm(enable_debug_info=debug_info, assume_verified=True)
 

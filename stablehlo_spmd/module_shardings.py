@@ -38,7 +38,7 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 from stablehlo_spmd.errors import ShardingError, ShardingSyntaxError
 from stablehlo_spmd.hlo_sharding import (
     HloSharding, TileAssignment, format_hlo_sharding, parse_hlo_sharding)
-from stablehlo_spmd.ir import cached_attr, location_name, source_position
+from stablehlo_spmd.ir import cached_attr, location_name, ops_named, source_position
 from stablehlo_spmd.mesh import Mesh, parse_sub_axis, sdy_axis_refs, sdy_mesh_axes, split_axes
 from stablehlo_spmd.shapes import tensor_bytes
 from stablehlo_spmd.sharding import Sharding
@@ -510,15 +510,7 @@ def export_propagation_controls(module: ir.Operation) -> None:
     """What Shardy's export leaves of its propagation controls once propagation
     is over: a sharding group goes, and a barrier becomes the constraint its
     result's sharding (written by propagation) is."""
-    found = []
-
-    def visit(op):
-        if op.name in ("sdy.sharding_group", "sdy.propagation_barrier"):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    for op in found:
+    for op in ops_named(module, ("sdy.sharding_group", "sdy.propagation_barrier")):
         if op.name == "sdy.propagation_barrier":
             with ir.InsertionPoint(op), op.location:
                 call = stablehlo.CustomCallOp([op.results[0].type], [op.operands[0]],
@@ -535,27 +527,21 @@ def _lower_manual_computations(module: ir.Operation, meshes, mesh: Mesh | None) 
     ``@SPMDFullToShardShape`` to the body's per-device type, the body inlined
     with its values manual over the region's axes, and each returned value
     taken through ``@SPMDShardToFullShape`` to its out-sharding.  One
-    spelling then serves both inputs: propagation does not cross the edges,
-    and the partitioner leaves the body's manual axes alone
+    spelling then serves both inputs: only free axes cross the edges, and
+    the partitioner leaves the body's manual axes alone
     (`partitioning.manual`).  Inner regions go first (the walk is
     post-order), so an outer one adds its axes to theirs."""
-    found = []
-
-    def visit(op):
-        if op.name == "sdy.manual_computation":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    for op in found:
-        _lower_manual_computation(op.operation, meshes, mesh)
+    clones: dict[tuple[str, tuple[str, ...]], str] = {}
+    for op in ops_named(module, ("sdy.manual_computation",)):
+        _lower_manual_computation(op.operation, meshes, mesh, clones)
 
 
 def _manual_axes_of(op: ir.Operation) -> tuple[str, ...]:
     return tuple(re.findall(r'"([^"]+)"', str(op.attributes["manual_axes"])))
 
 
-def _lower_manual_computation(op: ir.Operation, meshes, mesh: Mesh | None) -> None:
+def _lower_manual_computation(op: ir.Operation, meshes, mesh: Mesh | None,
+                              clones: dict[tuple[str, tuple[str, ...]], str]) -> None:
     value = ShardedValue("op", op, 0, None, op.location, None)
     if mesh is None:
         raise _located(value, "sdy.manual_computation needs a mesh")
@@ -594,6 +580,7 @@ def _lower_manual_computation(op: ir.Operation, meshes, mesh: Mesh | None) -> No
         for inner in operations[:-1]:
             inner.operation.move_before(op)
             _add_manual_axes(inner.operation, inside, mesh)
+            _call_manual_copies(inner.operation, inside, mesh, clones)
         returned = operations[-1].operation
         for result, (outer, open_dims), local in zip(op.results, layouts("out_shardings"),
                                                      list(returned.operands)):
@@ -603,6 +590,34 @@ def _lower_manual_computation(op: ir.Operation, meshes, mesh: Mesh | None) -> No
                                                       outer.in_manual(enclosing), open_dims,
                                                       context))
     op.erase()
+
+
+def _call_manual_copies(op: ir.Operation, manual: tuple[str, ...], mesh: Mesh,
+                        clones: dict[tuple[str, tuple[str, ...]], str]) -> None:
+    """Make the calls in `op` (moved out of a body manual over `manual`)
+    call a copy of their callee made for that region, and so on down.  A
+    function is one set of values with one sharding each: the same function
+    called from manual code and from the code around it would otherwise
+    make the code around it manual too."""
+    module = op.parent
+    while module is not None and module.name != "builtin.module":
+        module = module.parent
+    for call in ops_named(op, ("func.call",)):
+        callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+        key = (callee, manual)
+        if key not in clones:
+            original = next(f for f in functions(module)
+                            if ir.StringAttr(f.attributes["sym_name"]).value == callee)
+            copy = original.clone(ip=ir.InsertionPoint(original))
+            taken = {ir.StringAttr(f.attributes["sym_name"]).value for f in functions(module)}
+            name = f"{callee}_manual_{'_'.join(manual)}"
+            while name in taken:
+                name += "_"
+            copy.attributes["sym_name"] = ir.StringAttr.get(name, op.context)
+            clones[key] = name
+            _add_manual_axes(copy, manual, mesh)
+            _call_manual_copies(copy, manual, mesh, clones)
+        call.attributes["callee"] = ir.FlatSymbolRefAttr.get(clones[key], op.context)
 
 
 def _custom_call(target: str, operand: ir.Value, result_type: ir.Type, sharding: Sharding,
@@ -753,15 +768,7 @@ _SDY_DATA_OPS = ("sdy.sharding_constraint", "sdy.reshard", "sdy.data_flow_edge",
 def _sdy_constraints(module: ir.Operation) -> list[ir.Operation]:
     """Shardy's ops that only carry data: constraints, data-flow edges and
     constants."""
-    found = []
-
-    def visit(op):
-        if op.name in _SDY_DATA_OPS:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return found
+    return ops_named(module, _SDY_DATA_OPS)
 
 
 def _replace_sdy_data_op(op: ir.Operation, meshes, mesh) -> None:

@@ -66,3 +66,33 @@ func.func @free_axes_cross(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<
   } : (tensor<8x4xf32>) -> tensor<8x4xf32>
   return %0 : tensor<8x4xf32>
 }
+
+// -----
+
+// A function called from a region and from the code around it gets a copy
+// for the region: one function has one sharding per value, and sharing it
+// made the code around the region manual too.
+
+// CHECK-LABEL: func.func private @helper_manual_x
+// CHECK-SAME: (%arg0: tensor<4xf32> {mhlo.sharding = "{manual}"})
+// CHECK-LABEL: func.func private @helper(
+// CHECK-SAME: %arg0: tensor<4xf32> {mhlo.sharding = "{replicated}"})
+// CHECK-LABEL: func.func @shared_callee
+// CHECK: %[[IN:.*]] = stablehlo.custom_call @SPMDFullToShardShape
+// CHECK-NEXT: call @helper_manual_x(%[[IN]]) {mhlo.sharding = "{manual}"}
+// CHECK: call @helper(%arg0) {mhlo.sharding = "{replicated}"}
+// CHECK: return %{{.*}} : tensor<4xf32>
+sdy.mesh @mesh = <["x"=2]>
+func.func private @helper(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.tanh %arg0 : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+func.func @shared_callee(%arg0: tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>}) -> tensor<4xf32> {
+  %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{}]>] out_shardings=[<@mesh, [{}]>] manual_axes={"x"} (%arg1: tensor<4xf32>) {
+    %1 = func.call @helper(%arg1) : (tensor<4xf32>) -> tensor<4xf32>
+    sdy.return %1 : tensor<4xf32>
+  } : (tensor<4xf32>) -> tensor<4xf32>
+  %2 = func.call @helper(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  %3 = stablehlo.add %0, %2 : tensor<4xf32>
+  return %3 : tensor<4xf32>
+}
