@@ -124,6 +124,31 @@ def test_collectives_in_a_shard_map_body_run_per_device():
     np.testing.assert_allclose(swapped, blocks.transpose(1, 0, 2).reshape(16, 3), rtol=1e-6)
 
 
+def test_a_ring_loop_in_a_shard_map_body_runs_per_device():
+    # Ring-attention's shape: a loop whose carry is passed round the ring
+    # with ppermute, manual over "x" only, "y" free (q arrives split on it).
+    mesh = _mesh(("x", 4), ("y", 2))
+
+    def step(q, k):
+        @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x"),
+                 axis_names={"x"}, check_vma=False)
+        def ring(q, k):
+            def body(_, carry):
+                total, passed = carry
+                passed_on = jax.lax.ppermute(passed, "x", [(j, (j + 1) % 4) for j in range(4)])
+                return total + q @ passed.T, passed_on
+            start = jnp.zeros((q.shape[0], k.shape[0]), q.dtype)
+            return jax.lax.fori_loop(0, 4, body, (start, k))[0]
+        return ring(q, k)
+
+    q, k = _random(8, 16), _random(8, 16)
+    text = _exported(step, mesh, (P("x", "y"), P("x")), q, k)
+    got = np.asarray(ss.run(_partition(text), [q, k])[0])
+    # Each device's rows of q meet every device's rows of k once.
+    want = q @ k.reshape(4, 2, 16).sum(axis=0).T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_gspmd_manual_region_is_the_identity_at_its_edges():
     text = """
 func.func @main(%x: tensor<8x4xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"})
