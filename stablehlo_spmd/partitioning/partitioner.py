@@ -119,6 +119,7 @@ class Partitioner:
                     value, [(b, a) for a, b in order_pairs(own, sharding)])
                     for value, sharding, own in zip(returned, result_shardings, result_orders)]
         skeleton.finish(returned)
+        cancel_inverse_permutes(skeleton.body)
         erase_unused(skeleton.body)
         # A function an op names in `called_computations` (a sort or top-k
         # comparator on scalars, say) is not called per device: it stays as
@@ -508,6 +509,66 @@ _EFFECTFUL = frozenset({
     "stablehlo.custom_call", "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.send",
     "stablehlo.recv", "stablehlo.while", "stablehlo.if", "stablehlo.case", "func.call",
 })
+
+
+# Ops a device runs on its own block alone: moving blocks between devices
+# before them or after them is the same (no device identity, no partner).
+_NOT_PER_BLOCK = frozenset({
+    "stablehlo.partition_id", "stablehlo.replica_id", "stablehlo.rng",
+    "stablehlo.rng_bit_generator", "stablehlo.custom_call", "stablehlo.all_reduce",
+    "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.reduce_scatter",
+    "stablehlo.collective_permute", "stablehlo.collective_broadcast", "stablehlo.infeed",
+    "stablehlo.outfeed", "stablehlo.send", "stablehlo.recv",
+})
+
+
+def cancel_inverse_permutes(block: ir.Block) -> None:
+    """Drop a collective_permute and the one that undoes it, where only ops
+    that work on each device's block alone lie between them (a chain of
+    single-use, one-operand ops).  A value in a device order of its own is
+    permuted into the mesh's order at the boundary and back at the end; an
+    op that is local either way (a reverse, say) then needs neither."""
+    for op in list(block.operations):
+        op = op.operation
+        if op.name != "stablehlo.collective_permute":
+            continue
+        chain, value = [], op.operands[0]
+        while True:
+            if not isinstance(value.owner, ir.OpView | ir.Operation):
+                first = None  # a block argument: no permute to cancel
+                break
+            first = value.owner.operation
+            if first.name == "stablehlo.collective_permute":
+                break
+            if len(first.operands) != 1 or len(first.results) != 1 or len(first.regions) \
+                    or first.name in _NOT_PER_BLOCK or _uses(first.results[0]) != 1:
+                first = None
+                break
+            chain.append(first)
+            value = first.operands[0]
+        if first is None or _uses(first.results[0]) != 1:
+            continue
+        sent = _pairs(first)
+        back = dict(_pairs(op))
+        if len(sent) != len(set(d for _, d in sent)) or \
+                any(back.get(target) != source for source, target in sent) or \
+                len(back) != len(sent):
+            continue
+        # The chain now reads the first permute's operand, and the second
+        # permute's readers read the chain.
+        (chain[-1] if chain else op).operands[0] = first.operands[0]
+        op.results[0].replace_all_uses_with(chain[0].results[0] if chain else first.operands[0])
+        op.erase()
+        first.erase()
+
+
+def _pairs(permute: ir.Operation) -> list[tuple[int, int]]:
+    flat = list(ir.DenseIntElementsAttr(permute.attributes["source_target_pairs"]))
+    return list(zip(flat[0::2], flat[1::2]))
+
+
+def _uses(value: ir.Value) -> int:
+    return sum(1 for _ in value.uses)
 
 
 def erase_unused(block: ir.Block) -> None:
