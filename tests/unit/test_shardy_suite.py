@@ -102,13 +102,17 @@ def test_summary_counts_what_is_left_out_apart(suite):
          "differ": [("k", "replicated", "tiles [2]")], "bytes": (0.0, 8.0), "run": "ok"},
         {"name": "f#2", "line": 20, "status": "refused", "why": "no"},
         {"name": "f#3", "line": 30, "status": "too-big"},
+        {"name": "f#4", "line": 40, "status": "accepted", "values": 2,
+         "differ": [("k", "replicated", "tiles [2]")], "bytes": (8.0, 4.0), "run": "ok"},
     ]
     lines = module.summarize(results)
-    assert "3 on at most 8 devices" in lines[0] and "1 too-big" in lines[0]
-    assert lines[1].startswith("accepted: 2 of 3; refused 1, crashed 0")
-    assert "5 of 6 (83.3%)" in lines[2]
-    assert "fewer bytes in 1, as many in 0, more in 0" in lines[3]
-    assert lines[4].startswith("run against one device: 2 ok, 0 mismatch")
+    assert "4 on at most 8 devices" in lines[0] and "1 too-big" in lines[0]
+    assert lines[1].startswith("accepted: 3 of 4; refused 1, crashed 0")
+    # f#1's difference is shown cheaper, f#4's is not.
+    assert "6 of 8 (75.0%)" in lines[2]
+    assert "in a chunk where ours moves fewer bytes: 7 of 8 (87.5%)" in lines[2]
+    assert "fewer bytes in 1, as many in 0, more in 1" in lines[3]
+    assert lines[4].startswith("run against one device: 3 ok, 0 mismatch")
 
 
 def test_script_refuses_a_folder_without_tests(tmp_path):
