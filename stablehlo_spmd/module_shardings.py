@@ -466,7 +466,10 @@ def import_shardy(module: ir.Operation, lower_manual: bool = True) -> Mesh | Non
             f"({', '.join(str(m) for m in full)}); stablehlo-spmd works on one mesh per module",
             list(full.values())[1])
     if not full:
-        full = _declared_mesh(mesh_ops, meshes)
+        # No sharding names an axis: every one is replicated, on whichever
+        # mesh it refers to first (else the one the module declares).
+        referred = _full_meshes(mesh_ops, meshes, _referenced_meshes(module, meshes, True))
+        full = dict(list(referred.items())[:1]) or _declared_mesh(mesh_ops, meshes)
     mesh = next(iter(full), None)
     if mesh is not None:
         # Axes that shardings name sub-axes of are split into parts there.
@@ -677,23 +680,32 @@ def _full_meshes(mesh_ops, meshes, names: set[str]) -> dict[Mesh, ir.Location]:
     return full
 
 
-def _referenced_meshes(module: ir.Operation, meshes) -> set[str]:
-    """The names of the declared meshes that some sharding in `module` refers to."""
+def _referenced_meshes(module: ir.Operation, meshes, any_use: bool = False) -> set[str]:
+    """The names of the declared meshes whose axes some sharding in `module`
+    names (or that a manual computation works over; with `any_use`, that
+    any sharding refers to).  A sharding that names no axis is replicated
+    whatever its mesh, as one on the empty mesh is: Shardy's suite puts such
+    shardings on a mesh of another size beside the one in use, and they do
+    not make the module two meshes."""
     used: set[str] = set()
-    text_of = {name: f"@{name}," for name in meshes}
+    pattern = {name: re.compile(re.escape(f"@{name},") + r' \[([^\]]*)\]'
+                                r'(?:, (?:un)?reduced=\{([^}]*)\})?') for name in meshes}
+
+    def note(printed: str, every: bool = False) -> None:
+        for name, found in pattern.items():
+            for dims, unreduced in found.findall(printed):
+                if every or any_use or '"' in dims or '"' in unreduced:
+                    used.add(name)
+
     # Sharding attributes nest in ops of every kind (per-value shardings,
     # constraints, manual computations): the printed attribute is the one
     # place they all show their mesh reference.
-
     def visit(op):
         attributes = op.attributes
         for position in range(len(attributes)):
             named = attributes[position]
             if "sharding" in named.name:
-                printed = str(named.attr)
-                for name, needle in text_of.items():
-                    if needle in printed:
-                        used.add(name)
+                note(str(named.attr), every=op.name == "sdy.manual_computation")
         return ir.WalkResult.ADVANCE
 
     module.walk(visit)
@@ -701,8 +713,7 @@ def _referenced_meshes(module: ir.Operation, meshes) -> set[str]:
         for value in function_values(func):
             attr = value.get(SDY_SHARDING)
             if attr is not None:
-                printed = str(attr)
-                used.update(name for name, needle in text_of.items() if needle in printed)
+                note(str(attr))
     return used
 
 

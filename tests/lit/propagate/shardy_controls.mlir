@@ -209,3 +209,21 @@ func.func @main(%arg0: tensor<8x8xf32>) -> tensor<8x8xf32> {
   %0 = stablehlo.negate %arg0 : tensor<8x8xf32>
   return %0 : tensor<8x8xf32>
 }
+
+// -----
+
+// A sharding that names no axis is replicated whatever mesh it refers to,
+// so one on a mesh of another size beside the mesh in use does not make the
+// module two meshes: %arg1 is replicated, and open, so it takes "a" from
+// %arg0 through the add.
+
+// CHECK-LABEL: func.func @replicated_on_another_mesh
+// CHECK-SAME: %arg1: tensor<6x8xf32> {mhlo.sharding = "{devices=[3,1]<=[3]}"}
+// CHECK: %[[SUM:.*]] = stablehlo.add %arg0, %arg1 {mhlo.sharding = "{devices=[3,1]<=[3]}"}
+sdy.mesh @mesh_a_3 = <["a"=3]>
+sdy.mesh @mesh_a_6 = <["a"=6]>
+func.func @replicated_on_another_mesh(%arg0: tensor<6x8xf32> {sdy.sharding = #sdy.sharding<@mesh_a_3, [{"a"}, {}]>},
+                                      %arg1: tensor<6x8xf32> {sdy.sharding = #sdy.sharding<@mesh_a_6, [{?}, {?}]>}) -> tensor<6x8xf32> {
+  %0 = stablehlo.add %arg0, %arg1 : tensor<6x8xf32>
+  return %0 : tensor<6x8xf32>
+}
