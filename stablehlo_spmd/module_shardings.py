@@ -441,12 +441,14 @@ def _has_tiles(sharding: HloSharding) -> bool:
 def import_shardy(module: ir.Operation, lower_manual: bool = True) -> Mesh | None:
     """Rewrite Shardy's mesh, shardings and constraints into ``mhlo.sharding`` form.
 
-    Returns the imported mesh (None when the module has no ``sdy.mesh``).  A
-    module with several meshes is accepted when the ones its shardings use are
-    one mesh under several names, plus the single-device meshes JAX uses for
-    maximal shardings and the empty mesh ``<[]>`` (a sharding on it is
-    replicated); a declared mesh nothing refers to is dropped, as Shardy's
-    own clean-up drops it.  Manual regions are written in GSPMD's spelling
+    Returns the imported mesh (None when the module has no ``sdy.mesh``, or
+    uses several).  A module may use several meshes over the same devices:
+    each sharding is then the device list its own mesh gives it, and the
+    module's mesh is inferred from them all.  The single-device meshes JAX
+    uses for maximal shardings and the empty mesh ``<[]>`` (a sharding on it
+    is replicated) are meshes too; meshes of different device counts are
+    refused; a declared mesh nothing refers to is dropped, as Shardy's own
+    clean-up drops it.  Manual regions are written in GSPMD's spelling
     (`_lower_manual_computations`) unless `lower_manual` is False (Shardy's
     engine reads them itself).
     """
@@ -460,12 +462,18 @@ def import_shardy(module: ir.Operation, lower_manual: bool = True) -> Mesh | Non
     if not meshes and not _uses_shardy(module):
         return None
     full = _full_meshes(mesh_ops, meshes, _referenced_meshes(module, meshes))
-    if len(full) > 1:
+    if len({m.size for m in full}) > 1:
         raise ShardingError(
-            "the module's shardings use several different sdy meshes "
-            f"({', '.join(str(m) for m in full)}); stablehlo-spmd works on one mesh per module",
-            list(full.values())[1])
-    if not full:
+            "the module's shardings use sdy meshes of different device counts "
+            f"({', '.join(f'{m} on {m.size}' for m in full)}); one program runs on one set "
+            "of devices", list(full.values())[1])
+    several = len(full) > 1
+    if several:
+        # Meshes over the same devices: each sharding becomes the device
+        # list its own mesh gives it, and the module's mesh is inferred from
+        # them all (`tile_axes.infer_mesh`), as for XLA's own shardings.
+        full = {}
+    if not full and not several:
         # No sharding names an axis: every one is replicated, on whichever
         # mesh it refers to first (else the one the module declares).
         referred = _full_meshes(mesh_ops, meshes, _referenced_meshes(module, meshes, True))

@@ -1,8 +1,9 @@
-// Two different meshes that shardings really use: one mesh per module.
+// Two meshes of different device counts that shardings really use: one
+// program runs on one set of devices.
 // CLI: stablehlo-spmd-opt %s --spmd-propagate -o %t/out.mlir
 // API: propagate
 // RAISES: ShardingError
-// STDERR: %s:8:3: error: the module's shardings use several different sdy meshes (data=2, data=4); stablehlo-spmd works on one mesh per module
+// STDERR: %s:9:3: error: the module's shardings use sdy meshes of different device counts (data=2 on 2, data=4 on 4); one program runs on one set of devices
 module {
   sdy.mesh @small = <["data"=2]>
   sdy.mesh @large = <["data"=4]>

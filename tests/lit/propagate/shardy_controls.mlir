@@ -227,3 +227,22 @@ func.func @replicated_on_another_mesh(%arg0: tensor<6x8xf32> {sdy.sharding = #sd
   %0 = stablehlo.add %arg0, %arg1 : tensor<6x8xf32>
   return %0 : tensor<6x8xf32>
 }
+
+// -----
+
+// Two meshes over the same four devices, both used: each sharding is read
+// as the devices its own mesh lists, and the module's mesh is the one
+// XLA's shardings would give (2x2, axes named by position): %arg0 splits
+// rows four ways, %arg1 rows over "y" and columns over "x".
+
+// CHECK: spmd.mesh = #sdy.mesh<["axis_0"=2, "axis_1"=2]>
+// CHECK-LABEL: func.func @two_meshes_one_device_set
+// CHECK-SAME: %arg0: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// CHECK-SAME: %arg1: tensor<8x4xf32> {mhlo.sharding = "{devices=[2,2]<=[2,2]T(1,0)}"}
+sdy.mesh @flat = <["a"=4]>
+sdy.mesh @grid = <["x"=2, "y"=2]>
+func.func @two_meshes_one_device_set(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@flat, [{"a"}, {}]>},
+                                     %arg1: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@grid, [{"y"}, {"x"}]>}) -> tensor<8x4xf32> {
+  %0 = stablehlo.add %arg0, %arg1 : tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}

@@ -67,3 +67,19 @@ def test_sub_axes_that_cut_an_axis_two_ways_run_right():
     partitioned = ss.run_passes(SUB_AXES, "spmd-propagate,spmd-partition,canonicalize")
     x = _random(4, 6)
     np.testing.assert_allclose(np.asarray(ss.run(partitioned, [x])[0]), np.sin(x), rtol=1e-6)
+
+
+def test_two_meshes_over_the_same_devices_run_right():
+    text = """
+sdy.mesh @flat = <["a"=4]>
+sdy.mesh @grid = <["x"=2, "y"=2]>
+func.func @main(%x: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@flat, [{"a"}, {}]>},
+                %y: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@grid, [{"y"}, {"x"}]>})
+    -> (tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@grid, [{}, {"x", "y"}]>}) {
+  %0 = stablehlo.multiply %x, %y : tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}
+"""
+    partitioned = ss.run_passes(text, "spmd-propagate,spmd-partition,canonicalize")
+    x, y = _random(8, 4), _random(8, 4)
+    np.testing.assert_allclose(np.asarray(ss.run(partitioned, [x, y])[0]), x * y, rtol=1e-6)
