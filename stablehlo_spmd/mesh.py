@@ -221,7 +221,8 @@ def sdy_axis_refs(mesh: Mesh, axes: Sequence[str]) -> list[str]:
                 break
             size *= following[2]
             index += 1
-        refs.append(f'"{axis}"' if pre == 1 and size == whole[axis] else f'"{axis}":({pre}){size}')
+        whole_axis = pre == 1 and size == whole[axis]
+        refs.append(f'"{axis}"' if whole_axis else f'"{axis}":({pre}){size}')
     return refs
 
 

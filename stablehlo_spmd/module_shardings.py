@@ -467,18 +467,18 @@ def import_shardy(module: ir.Operation, lower_manual: bool = True) -> Mesh | Non
             "the module's shardings use sdy meshes of different device counts "
             f"({', '.join(f'{m} on {m.size}' for m in full)}); one program runs on one set "
             "of devices", list(full.values())[1])
-    several = len(full) > 1
-    if several:
+    if len(full) > 1:
         # Meshes over the same devices: each sharding becomes the device
         # list its own mesh gives it, and the module's mesh is inferred from
         # them all (`tile_axes.infer_mesh`), as for XLA's own shardings.
-        full = {}
-    if not full and not several:
+        mesh = None
+    elif full:
+        mesh = next(iter(full))
+    else:
         # No sharding names an axis: every one is replicated, on whichever
         # mesh it refers to first (else the one the module declares).
         referred = _full_meshes(mesh_ops, meshes, _referenced_meshes(module, meshes, True))
-        full = dict(list(referred.items())[:1]) or _declared_mesh(mesh_ops, meshes)
-    mesh = next(iter(full), None)
+        mesh = next(iter(referred or _declared_mesh(mesh_ops, meshes)), None)
     if mesh is not None:
         # Axes that shardings name sub-axes of are split into parts there.
         refined = split_axes(mesh, _sub_axis_cuts(module, mesh))
@@ -544,14 +544,15 @@ def _lower_manual_computations(module: ir.Operation, meshes, mesh: Mesh | None) 
     post-order), so an outer one adds its axes to theirs."""
     clones: dict[tuple[str, tuple[str, ...]], str] = {}
     for op in ops_named(module, ("sdy.manual_computation",)):
-        _lower_manual_computation(op.operation, meshes, mesh, clones)
+        _lower_manual_computation(op.operation, module, meshes, mesh, clones)
 
 
 def _manual_axes_of(op: ir.Operation) -> tuple[str, ...]:
     return tuple(re.findall(r'"([^"]+)"', str(op.attributes["manual_axes"])))
 
 
-def _lower_manual_computation(op: ir.Operation, meshes, mesh: Mesh | None,
+def _lower_manual_computation(op: ir.Operation, module: ir.Operation, meshes,
+                              mesh: Mesh | None,
                               clones: dict[tuple[str, tuple[str, ...]], str]) -> None:
     value = ShardedValue("op", op, 0, None, op.location, None)
     if mesh is None:
@@ -591,7 +592,7 @@ def _lower_manual_computation(op: ir.Operation, meshes, mesh: Mesh | None,
         for inner in operations[:-1]:
             inner.operation.move_before(op)
             _add_manual_axes(inner.operation, inside, mesh)
-            _call_manual_copies(inner.operation, inside, mesh, clones)
+            _call_manual_copies(inner.operation, module, inside, mesh, clones)
         returned = operations[-1].operation
         for result, (outer, open_dims), local in zip(op.results, layouts("out_shardings"),
                                                      list(returned.operands)):
@@ -603,16 +604,13 @@ def _lower_manual_computation(op: ir.Operation, meshes, mesh: Mesh | None,
     op.erase()
 
 
-def _call_manual_copies(op: ir.Operation, manual: tuple[str, ...], mesh: Mesh,
-                        clones: dict[tuple[str, tuple[str, ...]], str]) -> None:
+def _call_manual_copies(op: ir.Operation, module: ir.Operation, manual: tuple[str, ...],
+                        mesh: Mesh, clones: dict[tuple[str, tuple[str, ...]], str]) -> None:
     """Make the calls in `op` (moved out of a body manual over `manual`)
     call a copy of their callee made for that region, and so on down.  A
     function is one set of values with one sharding each: the same function
     called from manual code and from the code around it would otherwise
     make the code around it manual too."""
-    module = op.parent
-    while module is not None and module.name != "builtin.module":
-        module = module.parent
     for call in ops_named(op, ("func.call",)):
         callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
         key = (callee, manual)
@@ -627,7 +625,7 @@ def _call_manual_copies(op: ir.Operation, manual: tuple[str, ...], mesh: Mesh,
             copy.attributes["sym_name"] = ir.StringAttr.get(name, op.context)
             clones[key] = name
             _add_manual_axes(copy, manual, mesh)
-            _call_manual_copies(copy, manual, mesh, clones)
+            _call_manual_copies(copy, module, manual, mesh, clones)
         call.attributes["callee"] = ir.FlatSymbolRefAttr.get(clones[key], op.context)
 
 
@@ -909,9 +907,11 @@ def _mesh_axes(refs, mesh: Mesh) -> tuple[str, ...] | None:
 def _explicit_tiles(dim_refs, mesh: Mesh) -> HloSharding:
     """The tile assignment of a sharding over (sub-)axes as a device list:
     each device's block is read off its coordinate on each named axis."""
+    # Row i: the coordinate of the device at mesh position i on each axis.
     positions = np.array(np.unravel_index(np.arange(mesh.size), mesh.mesh_shape)).T
+    axis_sizes = dict(sdy_mesh_axes(mesh))
     coordinates: dict[str, np.ndarray] = {}
-    for axis, whole in sdy_mesh_axes(mesh):
+    for axis in axis_sizes:
         value = np.zeros(mesh.size, dtype=np.int64)
         for name, _, size in _parts(mesh, axis):
             value = value * size + positions[:, mesh.axis_index(name)]
@@ -920,7 +920,7 @@ def _explicit_tiles(dim_refs, mesh: Mesh) -> HloSharding:
     for refs in dim_refs:
         block, count = np.zeros(mesh.size, dtype=np.int64), 1
         for axis, pre, size in refs:
-            whole = dict(sdy_mesh_axes(mesh))[axis]
+            whole = axis_sizes[axis]
             pre, size = (1, whole) if pre is None else (pre, size)
             digit = (coordinates[axis] // (whole // (pre * size))) % size
             block, count = block * size + digit, count * size

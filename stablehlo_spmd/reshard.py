@@ -94,9 +94,10 @@ class Step:
     "" otherwise.  `pairs` are the (source, target) device ids of a
     collective_permute, every device included (a device keeping its block
     is paired with itself).  `device` is the device a `to_owner` step hands
-    a whole value to (`{maximal device=k}`; every device keeps it).  `replicates_fully` marks a step whose result, an
-    intermediate of the plan, is the whole tensor on every device and larger
-    than the plan's `warn_bytes`.  `result` is the layout after the step; it
+    a whole value to (`{maximal device=k}`; every device keeps it).
+    `replicates_fully` marks a step whose result, an intermediate of the
+    plan, is the whole tensor on every device and larger than the plan's
+    `warn_bytes`.  `result` is the layout after the step; it
     is not part of equality, so tests can spell expected plans without it.
     """
 

@@ -110,12 +110,11 @@ def _custom_call(op: ir.Operation):
     """A custom call's rule, by what it is:
 
     * a ``@Sharding`` constraint: the identity (`_constraint`);
+    * the edge of a manual region (`_manual_boundary`);
     * one carrying Shardy's ``sdy.sharding_rule`` (as JAX puts on its
       batched linear-algebra calls): that rule's factors, read by
       `sharding_rule_factors`;
     * a target in `_TARGET_RULES` (XLA's ``@TopK``): that target's rule.
-
-    * the edge of a manual region (`_manual_boundary`);
 
     Other custom calls are opaque: no rule, so they are replicated with a
     warning.

@@ -88,23 +88,19 @@ def _entering(op: ir.Operation) -> bool:
 
 def _boundary_plan(p: Partitioner, op: ir.Operation) -> Plan:
     operand, result = op.operands[0], op.results[0]
-    outer_shape, inner_shape = shape_of(operand), shape_of(result)
     wanted = p.result_shardings(op)[0]
     if _entering(op):
         inner, outer = wanted, p.shardings.get(operand)
-        new_manual = tuple(a for a in inner.manual if outer is None or a not in outer.manual)
+        whole, block = shape_of(operand), shape_of(result)
     else:
-        outer_shape, inner_shape = inner_shape, outer_shape
-        outer, inner = wanted, p.shardings[operand].reduced()
-        new_manual = tuple(a for a in inner.manual if a not in wanted.manual)
-    layout = global_layout(outer, inner, outer_shape, inner_shape, new_manual)
-    if local_type(operand.type, layout if _entering(op) else inner) != local_type(
-            result.type, inner if _entering(op) else layout):
-        raise ShardingError(f"the region's value {inner_shape} does not split evenly over "
-                            f"{layout}")
-    if _entering(op):
-        return Plan([wanted], [layout], [inner])
-    return Plan([wanted], [inner], [layout])
+        inner, outer = p.shardings[operand].reduced(), wanted
+        whole, block = shape_of(result), shape_of(operand)
+    new_manual = tuple(a for a in inner.manual if outer is None or a not in outer.manual)
+    layout = global_layout(outer, inner, whole, block, new_manual)
+    required, produced = (layout, inner) if _entering(op) else (inner, layout)
+    if local_type(operand.type, required) != local_type(result.type, produced):
+        raise ShardingError(f"the region's value {block} does not split evenly over {layout}")
+    return Plan([wanted], [required], [produced])
 
 
 def _forward(p: Partitioner, op: ir.Operation, plan: Plan, operands):
@@ -121,9 +117,7 @@ def _device_groups(op: ir.Operation) -> list[list[int]]:
         return []
     name = "source_target_pairs" if op.name == "stablehlo.collective_permute" \
         else "replica_groups"
-    return np.array(ir.DenseIntElementsAttr(op.attributes[name])).reshape(
-        -1, 2 if name == "source_target_pairs" else
-        ir.RankedTensorType(op.attributes[name].type).shape[-1]).tolist()
+    return np.array(ir.DenseIntElementsAttr(op.attributes[name])).tolist()
 
 
 def _group_mixing_blocks(layout: Sharding, groups: list[list[int]]) -> list[int] | None:

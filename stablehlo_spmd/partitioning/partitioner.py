@@ -119,7 +119,7 @@ class Partitioner:
                     value, [(b, a) for a, b in order_pairs(own, sharding)])
                     for value, sharding, own in zip(returned, result_shardings, result_orders)]
         skeleton.finish(returned)
-        cancel_inverse_permutes(skeleton.body)
+        cancel_inverse_permutes(skeleton.body, self.mesh.size)
         erase_unused(skeleton.body)
         # A function an op names in `called_computations` (a sort or top-k
         # comparator on scalars, say) is not called per device: it stays as
@@ -511,23 +511,25 @@ _EFFECTFUL = frozenset({
 })
 
 
-# Ops a device runs on its own block alone: moving blocks between devices
-# before them or after them is the same (no device identity, no partner).
-_NOT_PER_BLOCK = frozenset({
+# Ops that are not one device's work on its own block alone (effects, a
+# device's identity, partners): moving blocks between devices before them
+# is not the same as after them.
+_NOT_PER_BLOCK = _EFFECTFUL | frozenset({
     "stablehlo.partition_id", "stablehlo.replica_id", "stablehlo.rng",
-    "stablehlo.rng_bit_generator", "stablehlo.custom_call", "stablehlo.all_reduce",
-    "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.reduce_scatter",
-    "stablehlo.collective_permute", "stablehlo.collective_broadcast", "stablehlo.infeed",
-    "stablehlo.outfeed", "stablehlo.send", "stablehlo.recv",
+    "stablehlo.rng_bit_generator", "stablehlo.all_reduce", "stablehlo.all_gather",
+    "stablehlo.all_to_all", "stablehlo.reduce_scatter", "stablehlo.collective_permute",
+    "stablehlo.collective_broadcast",
 })
 
 
-def cancel_inverse_permutes(block: ir.Block) -> None:
+def cancel_inverse_permutes(block: ir.Block, devices: int) -> None:
     """Drop a collective_permute and the one that undoes it, where only ops
     that work on each device's block alone lie between them (a chain of
     single-use, one-operand ops).  A value in a device order of its own is
     permuted into the mesh's order at the boundary and back at the end; an
-    op that is local either way (a reverse, say) then needs neither."""
+    op that is local either way (a reverse, say) then needs neither.  Only
+    permutes that every one of the `devices` receives from cancel: a device
+    no pair reaches gets zeros, which the two together would not give."""
     for op in list(block.operations):
         op = op.operation
         if op.name != "stablehlo.collective_permute":
@@ -550,9 +552,8 @@ def cancel_inverse_permutes(block: ir.Block) -> None:
             continue
         sent = _pairs(first)
         back = dict(_pairs(op))
-        if len(sent) != len(set(d for _, d in sent)) or \
-                any(back.get(target) != source for source, target in sent) or \
-                len(back) != len(sent):
+        if len({target for _, target in sent}) != devices or len(back) != devices or \
+                any(back.get(target) != source for source, target in sent):
             continue
         # The chain now reads the first permute's operand, and the second
         # permute's readers read the chain.

@@ -36,8 +36,7 @@ from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue,
     export_propagation_controls, function_values, functions, import_shardy, is_manual_boundary,
-    is_sharding_constraint, module_mesh, read_hlo, read_open_dims,
-    read_priorities, set_attrs,
+    is_sharding_constraint, module_mesh, read_hlo, read_open_dims, read_priorities, set_attrs,
     sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
@@ -430,15 +429,9 @@ class _Graph:
             for node, op in zip(self.nodes, self.node_ops):
                 if op is not None and is_manual_boundary(op):
                     continue
-                found = next((manual[v] for v in node.operands if v in manual), ())
-                if node.is_tie and not found:
-                    found = next((manual[v] for v in node.results if v in manual), ())
-                    for value in node.operands:
-                        if found and value != NO_VALUE and value not in pinned:
-                            manual.setdefault(value, found)
-                if not found:
-                    continue
-                for value in node.results:
+                tied = [*node.operands, *node.results] if node.is_tie else None
+                found = next((manual[v] for v in tied or node.operands if v in manual), ())
+                for value in (tied or node.results) if found else ():
                     if value != NO_VALUE and value not in pinned:
                         manual.setdefault(value, found)
         return manual

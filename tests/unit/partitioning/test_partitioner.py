@@ -417,3 +417,34 @@ def test_an_open_constraint_is_split_where_propagation_splits_it():
     x, y = np.asarray(_random(8, 8)), np.asarray(_random(8, 8))
     (got,), (want,) = ss.run(partitioned, [x, y]), ss.run_single_device(reference, [x, y])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+
+
+_TWO_PERMUTES = """
+func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {{
+  %0 = "stablehlo.collective_permute"(%x) <{{source_target_pairs = dense<{there}> : tensor<{n}x2xi64>}}> : (tensor<2xf32>) -> tensor<2xf32>
+  %1 = stablehlo.reverse %0, dims = [0] : tensor<2xf32>
+  %2 = "stablehlo.collective_permute"(%1) <{{source_target_pairs = dense<{back}> : tensor<{n}x2xi64>}}> : (tensor<2xf32>) -> tensor<2xf32>
+  return %2 : tensor<2xf32>
+}}
+"""
+
+
+def _permutes_left(there: str, back: str, n: int) -> int:
+    from stablehlo_spmd.ir import make_context, parse_module, print_module
+    from stablehlo_spmd.partitioning.partitioner import cancel_inverse_permutes
+
+    with make_context() as context:
+        module = parse_module(_TWO_PERMUTES.format(there=there, back=back, n=n), "t", context)
+        body = module.regions[0].blocks[0].operations[0].regions[0].blocks[0]
+        cancel_inverse_permutes(body, 2)
+        return print_module(module).count("collective_permute")
+
+
+def test_a_permute_and_its_inverse_cancel_across_a_per_block_op():
+    assert _permutes_left("[[0, 1], [1, 0]]", "[[1, 0], [0, 1]]", 2) == 0
+
+
+def test_permutes_that_leave_a_device_zeros_do_not_cancel():
+    # Device 0 receives nothing from the first (zeros), device 1 nothing from
+    # the second: the pair is not the identity although each pair is undone.
+    assert _permutes_left("[[0, 1]]", "[[1, 0]]", 1) == 2
