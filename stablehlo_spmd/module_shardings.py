@@ -48,19 +48,32 @@ MHLO_SHARDING = "mhlo.sharding"
 # The open dims (Shardy's ``{?}``) of a sharding Shardy wrote, "0,2", and the
 # priorities of its dims (``{"x"}p1``), "0:1": XLA's sharding text has
 # neither, so the import keeps them beside it for spmd-propagate, which may
-# split open dims further and propagates dims in priority order.  On an op
+# split open dims further and propagates dims in priority order.  Axes the
+# sharding says are replicated (``replicated={"b"}``) are ones its open dims
+# may not take: they follow the open dims after a "/", "0,2/b".  On an op
 # with several results the notes of its results are joined by ";".
 OPEN_DIMS = "spmd.open_dims"
 PRIORITIES = "spmd.priorities"
 
 
-def open_dims_attr(dims, context: ir.Context) -> ir.Attribute:
-    """The `OPEN_DIMS` note for `dims`."""
-    return ir.StringAttr.get(_open_dims_text(dims), context)
+@dataclasses.dataclass(frozen=True)
+class OpenDims:
+    """The dims propagation may split further, and the axes it may not use there."""
+
+    dims: frozenset[int] = frozenset()
+    replicated: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.dims)
+
+    def text(self) -> str:
+        dims = ",".join(str(d) for d in sorted(self.dims))
+        return f"{dims}/{','.join(self.replicated)}" if self.dims and self.replicated else dims
 
 
-def _open_dims_text(dims) -> str:
-    return ",".join(str(d) for d in sorted(dims))
+def open_dims_attr(open_dims: OpenDims, context: ir.Context) -> ir.Attribute:
+    """The `OPEN_DIMS` note for `open_dims`."""
+    return ir.StringAttr.get(open_dims.text(), context)
 
 
 def _priorities_text(priorities: dict[int, int]) -> str:
@@ -72,9 +85,13 @@ def _note_of(attr: ir.Attribute, position: int) -> str:
     return notes[position] if position < len(notes) else ""
 
 
-def read_open_dims(attr: ir.Attribute, position: int = 0) -> frozenset[int]:
-    """The dims an `OPEN_DIMS` note lists (for an op's result #`position`)."""
-    return frozenset(int(d) for d in _note_of(attr, position).split(",") if d)
+def read_open_dims(attr: ir.Attribute | None, position: int = 0) -> OpenDims:
+    """What an `OPEN_DIMS` note says (for an op's result #`position`)."""
+    if attr is None:
+        return OpenDims()
+    dims, _, replicated = _note_of(attr, position).partition("/")
+    return OpenDims(frozenset(int(d) for d in dims.split(",") if d),
+                    tuple(a for a in replicated.split(",") if a))
 
 
 def read_priorities(attr: ir.Attribute | None, position: int = 0) -> dict[int, int]:
@@ -493,11 +510,11 @@ def import_shardy(module: ir.Operation, lower_manual: bool = True) -> Mesh | Non
             converted = [_from_sdy(s, meshes, mesh, value) for s in per_value.shardings]
             elements = [hlo for hlo, _, _ in converted]
             hlo = elements[0] if len(elements) == 1 else HloSharding.tuple_of(elements)
-            open_notes = [_open_dims_text(dims) for _, dims, _ in converted]
+            open_notes = [open_dims.text() for _, open_dims, _ in converted]
             priority_notes = [_priorities_text(p) for _, _, p in converted]
         else:
             hlo, open_dims, priorities = _from_sdy(attr, meshes, mesh, value)
-            open_notes, priority_notes = [_open_dims_text(open_dims)], \
+            open_notes, priority_notes = [open_dims.text()], \
                 [_priorities_text(priorities)]
         for name, notes in ((OPEN_DIMS, open_notes), (PRIORITIES, priority_notes)):
             if any(notes):
@@ -566,7 +583,7 @@ def _lower_manual_computation(op: ir.Operation, module: ir.Operation, meshes,
         parent = parent.parent
     inside = enclosing + own
 
-    def layouts(name: str) -> list[tuple[Sharding, frozenset[int]]]:
+    def layouts(name: str) -> list[tuple[Sharding, OpenDims]]:
         per_value = sdy.TensorShardingPerValueAttr(op.attributes[name])
         found = []
         for attr in per_value.shardings:
@@ -630,7 +647,7 @@ def _call_manual_copies(op: ir.Operation, module: ir.Operation, manual: tuple[st
 
 
 def _custom_call(target: str, operand: ir.Value, result_type: ir.Type, sharding: Sharding,
-                 open_dims: frozenset[int], context: ir.Context) -> ir.Value:
+                 open_dims: OpenDims, context: ir.Context) -> ir.Value:
     call = stablehlo.CustomCallOp([result_type], [operand], target)
     call.operation.attributes[MHLO_SHARDING] = sharding_attr(sharding, context)
     if open_dims:
@@ -821,9 +838,9 @@ def _mesh_or_device(attr: ir.Attribute) -> Mesh | int | None:
 
 
 def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int | None], mesh: Mesh | None,
-              value: ShardedValue) -> tuple[HloSharding, frozenset[int], dict[int, int]]:
-    """The sharding as XLA's text, its open dims (``{?}``) and its dims'
-    priorities, which that text cannot say."""
+              value: ShardedValue) -> tuple[HloSharding, OpenDims, dict[int, int]]:
+    """The sharding as XLA's text, its open dims (``{?}``, with the axes
+    they may not take) and its dims' priorities, which that text cannot say."""
     sharding = sdy.TensorShardingAttr(attr)
     ref = sharding.mesh_or_ref
     if isinstance(ref, ir.FlatSymbolRefAttr):
@@ -834,7 +851,7 @@ def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int | None], mesh: Me
     else:
         target = _mesh_or_device(ref)
     if isinstance(target, int):
-        return HloSharding.maximal(target), frozenset(), {}
+        return HloSharding.maximal(target), OpenDims(), {}
     dim_refs, open_dims, priorities = [], [], {}
     for dim, dim_attr in enumerate(sharding.dimension_shardings):
         dimension = sdy.DimensionShardingAttr(dim_attr)
@@ -846,26 +863,33 @@ def _from_sdy(attr: ir.Attribute, meshes: dict[str, Mesh | int | None], mesh: Me
     if target is None:  # the empty mesh: no axes to split over
         if any(dim_refs):
             raise _located(value, "a sharding on the empty mesh <[]> cannot name axes")
-        return HloSharding.replicated(), frozenset(open_dims), {}
+        return HloSharding.replicated(), OpenDims(frozenset(open_dims)), {}
     try:
         dim_axes = [_mesh_axes(refs, target) for refs in dim_refs]
         unreduced = _mesh_axes([_axis_ref(a) for a in sharding.unreduced_axes], target)
+        replicated_refs = [_axis_ref(a) for a in sharding.replicated_axes]
+        replicated = _mesh_axes(replicated_refs, target)
     except ShardingError as error:
         raise _located(value, error.message) from None
     if unreduced is None:
         raise _located(value, "unreduced sub-axes that cut their axis differently from the "
                               "module's other sub-axes are not supported")
+    if replicated is None:
+        # A replicated sub-axis off the parts' boundaries: keep the open dims
+        # off every part of its axis, which never splits what the user said not to.
+        replicated = _mesh_axes([(axis, None, None) for axis, _, _ in replicated_refs], target)
     if any(axes is None for axes in dim_axes):
         # Sub-axes that split an axis differently from the module's others
         # (Shardy's "x":(1)2 beside "x":(3)2 on x=6): the devices each
         # block lives on, listed as XLA does.
-        return _explicit_tiles(dim_refs, target), frozenset(open_dims), priorities
+        return _explicit_tiles(dim_refs, target), OpenDims(frozenset(open_dims), replicated), \
+            priorities
     try:
         axis_sharding = Sharding(target, tuple(dim_axes), unreduced=unreduced,
                                  open_dims=frozenset(open_dims))
     except ShardingError as error:
         raise _located(value, error.message) from None
-    return axis_sharding.to_hlo(), axis_sharding.open_dims, priorities
+    return axis_sharding.to_hlo(), OpenDims(axis_sharding.open_dims, replicated), priorities
 
 
 def _axis_ref(attr: ir.Attribute) -> tuple[str, int | None, int | None]:

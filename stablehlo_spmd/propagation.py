@@ -71,7 +71,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
@@ -156,8 +156,10 @@ class Propagator:
     # ------------------------------------------------------------- inputs
 
     def pin(self, value: int, sharding: Sharding, annotation: str,
-            priorities: dict[int, int] | None = None) -> None:
-        """A user sharding: closed dims stay as given; open dims may be refined.
+            priorities: dict[int, int] | None = None,
+            replicated: Iterable[str] = ()) -> None:
+        """A user sharding: closed dims stay as given; open dims may be refined,
+        over any axis but the `replicated` ones (Shardy's ``replicated={...}``).
 
         `priorities` (dim -> priority, Shardy's ``p<N>``; a dim without one is
         p0) orders propagation: dims of priority N are held back, empty and
@@ -171,10 +173,10 @@ class Propagator:
         self.origins[value] = Origin(annotation=annotation)
         state = self.states[value]
         # A manual axis is the region's, never a dim's (`Sharding.in_manual`).
-        state.reserved = frozenset(sharding.manual)
+        state.reserved = frozenset(sharding.manual) | set(replicated)
         for dim, priority in (priorities or {}).items():
             axes = sharding.dim_axes[dim] if dim < rank else ()
-            if priority > 0 and axes:
+            if priority > 0 and dim < rank:   # empty too: it holds back what flows through
                 self.held.append((priority, value, dim, axes, dim not in sharding.open_dims))
                 state.dims[dim] = ()
                 state.closed_dims = state.closed_dims | {dim}
@@ -348,22 +350,43 @@ class Propagator:
         winners = self._resolve(rule, tensors)
         changed = []
         operand_count = len(node.operands)
-        for position, (value, dim_factors) in enumerate(tensors):
+        # Results first: what they end up holding may cap what the operands
+        # take from each other (`_sideways_cap`).
+        if forward_allowed:
+            for value, dim_factors in tensors[operand_count:]:
+                if value != NO_VALUE and self._refine(value, dim_factors, rule, winners, index):
+                    changed.append(value)
+        if rule.elementwise:
+            winners = self._sideways_cap(node, winners)
+        for value, dim_factors in tensors[:operand_count]:
             if value == NO_VALUE:
                 continue
-            if position < operand_count:
-                if not backward_allowed:
-                    if index not in self._dirty and \
-                            self._refine(value, dim_factors, rule, winners, index, commit=False):
-                        self._dirty.add(index)
-                    continue
-            elif not forward_allowed:
+            if not backward_allowed:
+                if index not in self._dirty and \
+                        self._refine(value, dim_factors, rule, winners, index, commit=False):
+                    self._dirty.add(index)
                 continue
             if self._refine(value, dim_factors, rule, winners, index):
                 changed.append(value)
         if forward_allowed and node.results:
             changed += self._flow_unreduced(node, index, winners)
         return changed
+
+    def _sideways_cap(self, node: Node, winners) -> list[tuple[Axes, int, int]]:
+        """An elementwise op's operands take from each other only what its
+        result holds.  A split the result cannot take (its dim is closed, or
+        the axis is reserved there) would only be gathered again before the
+        op, so an operand with no split of its own is better left whole; this
+        is Shardy's rule too (aggressive_factor_propagation.cc)."""
+        capped = list(winners)
+        for result in node.results:
+            if result == NO_VALUE:
+                continue
+            for factor, held in enumerate(self.states[result].dims):
+                axes = capped[factor][0]
+                if len(held) < len(axes) and axes[:len(held)] == held:
+                    capped[factor] = (held, *capped[factor][1:])
+        return capped
 
     def _resolve(self, rule: OpRule, tensors) -> list[tuple[Axes, int, int]]:
         """Per factor: (axes, weight, source value) of the winning candidate."""

@@ -23,7 +23,7 @@ An op with no rule is replicated, with a warning at its location.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -43,6 +43,19 @@ from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.propagation import NO_VALUE, Node, Propagator
 from stablehlo_spmd.shapes import element_bytes, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
+
+class _Pin(NamedTuple):
+    """A user's sharding of one value, with what XLA's text of it cannot say."""
+
+    value: int
+    sharding: Sharding
+    annotation: str                          # where it comes from, for --explain
+    priorities: dict[int, int] | None = None  # dim -> Shardy priority
+    replicated: tuple[str, ...] = ()         # axes its open dims may not take
+
+
+# What a module that names no mesh runs on.
+ONE_DEVICE = Mesh((0,), (1,), ("one",))
 
 _NO_RULE_NEEDED = {"func.func", "func.return", "stablehlo.return", "builtin.module", "sdy.mesh"}
 
@@ -74,13 +87,15 @@ class PropagatePass(ModulePass):
             diagnostics.error(error.location or module.location, error.message)
             return
         if mesh is None:
-            # Nothing says how to split anything: every value stays on one
-            # device, as Shardy leaves such a module.  Said, since it is
+            # Nothing says how to split anything: the module runs on one
+            # device, and every value still gets its (replicated) sharding,
+            # so later passes see a propagated module.  Said, since it is
             # usually a forgotten spmd-annotate.
             diagnostics.warning(module.location, "spmd-propagate found no mesh and no "
-                                "shardings: the module is left as it is (run spmd-annotate "
-                                "first, or give the module mhlo.sharding annotations)")
-            return
+                                "shardings: every value is replicated on one device (run "
+                                "spmd-annotate first, or give the module mhlo.sharding "
+                                "annotations)")
+            mesh = ONE_DEVICE
         if self.engine == "shardy":
             from stablehlo_spmd.passes.shardy_engine import run_shardy_propagation
             run_shardy_propagation(module, mesh)
@@ -103,7 +118,7 @@ class _Graph:
         self.describe_fns: list = []
         self.nodes: list[Node] = []
         self.node_ops: list[ir.Operation | None] = []
-        self.pins: list[tuple[int, Sharding, str, dict[int, int]]] = []  # ..., priorities
+        self.pins: list[_Pin] = []
         self.refined: set[int] = set()  # pinned values with open dims: written as solved
         self.refined_ops: list[tuple[ir.Operation, list[int]]] = []  # the same, on ops
         # Ops with no rule, with their results' ids: written replicated.
@@ -132,8 +147,9 @@ class _Graph:
         if not graph.ok:
             return None
         graph.solver = Propagator(mesh, graph.shapes, graph.nodes, graph.element_bytes)
-        for value, sharding, annotation, priorities in graph.pins:
-            graph.solver.pin(value, sharding, annotation, priorities)
+        for pin in graph.pins:
+            graph.solver.pin(pin.value, pin.sharding, pin.annotation, pin.priorities,
+                             pin.replicated)
         return graph
 
     def _value(self, value: ir.Value, describe) -> int:
@@ -216,12 +232,12 @@ class _Graph:
         except ShardingError as error:
             diagnostics.error(value.location, f"{label}: {error.message}")
             return False
-        open_dims = value.get(OPEN_DIMS)
-        if open_dims is not None:
-            sharding = _opened(sharding, read_open_dims(open_dims))
+        open_dims = read_open_dims(value.get(OPEN_DIMS))
+        if value.get(OPEN_DIMS) is not None:
+            sharding = _opened(sharding, open_dims.dims)
             self.refined.add(index)
-        self.pins.append((index, sharding, f"the annotation on {label}",
-                          read_priorities(value.get(PRIORITIES))))
+        self.pins.append(_Pin(index, sharding, f"the annotation on {label}",
+                              read_priorities(value.get(PRIORITIES)), open_dims.replicated))
         return True
 
     def _add_block_ops(self, block: ir.Block) -> None:
@@ -323,12 +339,12 @@ class _Graph:
             except ShardingError as error:
                 diagnostics.error(op.location, f"op '{op.name}': {error.message}")
                 continue
-            open_dims = read_open_dims(open_note, position) if open_note is not None \
-                else frozenset()
+            open_dims = read_open_dims(open_note, position)
             if open_dims:
-                sharding = _opened(sharding, open_dims)
+                sharding = _opened(sharding, open_dims.dims)
                 opened = True
-            self.pins.append((index, sharding, label, read_priorities(priority_note, position)))
+            self.pins.append(_Pin(index, sharding, label, read_priorities(priority_note, position),
+                                  open_dims.replicated))
         if opened:
             self.refined_ops.append((op, results))
 
@@ -339,8 +355,8 @@ class _Graph:
         for index in indices:
             if index != NO_VALUE:
                 rank = len(self.shapes[index])
-                self.pins.append((index, Sharding.replicated(self.mesh, rank),
-                                  f"the fallback for '{op.name}', which has no rule", {}))
+                self.pins.append(_Pin(index, Sharding.replicated(self.mesh, rank),
+                                      f"the fallback for '{op.name}', which has no rule"))
         self.unruled.append((op, indices))
 
     def _add_tie(self, a: int, b: int, op: ir.Operation | None,
@@ -421,7 +437,7 @@ class _Graph:
         Two sweeps in program order settle loops, whose carries come back
         through a tie."""
         manual: dict[int, tuple[str, ...]] = {}
-        pinned = {index: sharding.manual for index, sharding, *_ in self.pins}
+        pinned = {pin.value: pin.sharding.manual for pin in self.pins}
         manual.update((i, m) for i, m in pinned.items() if m)
         if not manual:
             return manual   # no region: nothing to walk

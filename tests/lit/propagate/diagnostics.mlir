@@ -10,9 +10,9 @@ func.func @opaque(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) 
 
 // -----
 
-// Without a mesh or a sharding there is nothing to propagate: the module is
-// left as it is (as Shardy leaves it), with a warning.
-// expected-warning@+1 {{spmd-propagate found no mesh and no shardings: the module is left as it is (run spmd-annotate first, or give the module mhlo.sharding annotations)}}
+// Without a mesh or a sharding the module runs on one device: every value is
+// still given its sharding (replicated), with a warning.
+// expected-warning@+1 {{spmd-propagate found no mesh and no shardings: every value is replicated on one device (run spmd-annotate first, or give the module mhlo.sharding annotations)}}
 module {
   func.func @no_mesh(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
     return %x : tensor<8x8xf32>

@@ -246,3 +246,69 @@ func.func @two_meshes_one_device_set(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy
   %0 = stablehlo.add %arg0, %arg1 : tensor<8x4xf32>
   return %0 : tensor<8x4xf32>
 }
+
+// -----
+
+// Axes a sharding lists as replicated (replicated={"b"}) are ones its open
+// dims may not take: the open dim 1 of %arg0 and of the first result stays
+// off the "b" that the sum partner brings, while the same open dim of %arg1,
+// with no such list, takes it.  The sums themselves name no list.
+
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: %arg0: tensor<8x8xf32> {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+// CHECK-SAME: %arg1: tensor<8x8xf32> {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK-SAME: -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+// CHECK: %[[KEPT:.*]] = stablehlo.add %arg0, %arg2 {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK: %[[TAKEN:.*]] = stablehlo.add %arg1, %arg2 {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+// CHECK: return %[[KEPT]], %[[TAKEN]]
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {?}], replicated={"b"}>},
+                %arg1: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {?}]>},
+                %arg2: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {"b"}]>})
+    -> (tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {?}], replicated={"b"}>},
+        tensor<8x8xf32>) {
+  %0 = stablehlo.add %arg0, %arg2 : tensor<8x8xf32>
+  %1 = stablehlo.add %arg1, %arg2 : tensor<8x8xf32>
+  return %0, %1 : tensor<8x8xf32>, tensor<8x8xf32>
+}
+
+// -----
+
+// An elementwise op's operands take from each other only what its result
+// holds.  %0's result is pinned whole, so %arg1 stays whole too (splitting
+// it would only be gathered again before the add).  %1's result is open, so
+// %arg2 takes "a" from %arg0 through it.
+
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: %arg1: tensor<8xf32> {mhlo.sharding = "{replicated}"}
+// CHECK-SAME: %arg2: tensor<8xf32> {mhlo.sharding = "{devices=[2,2]<=[4] last_tile_dim_replicate}"}
+// CHECK: %[[WHOLE:.*]] = stablehlo.add %arg0, %arg1 {mhlo.sharding = "{replicated}"}
+// CHECK: %[[SPLIT:.*]] = stablehlo.add %arg0, %arg2 {mhlo.sharding = "{devices=[2,2]<=[4] last_tile_dim_replicate}"}
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}]>},
+                %arg1: tensor<8xf32>, %arg2: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %0 = stablehlo.add %arg0, %arg1 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{}]>]>} : tensor<8xf32>
+  %1 = stablehlo.add %arg0, %arg2 : tensor<8xf32>
+  return %0, %1 : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// A dim with a priority holds back what would flow through it until its
+// round even when it names no axis ({?}p1).  In round 0, "c" from %arg3
+// reaches %1 before "b" from %arg0 can cross %0's held dim 1, so %1 and the
+// result are [{"a"}, {"c"}], as Shardy's propagation gives them.
+
+// CHECK-LABEL: func.func @main
+// CHECK: %[[FIRST:.*]] = stablehlo.add %arg0, %arg1 {mhlo.sharding = "{devices=[2,2,2]<=[8] last_tile_dim_replicate}"}
+// CHECK: %[[SECOND:.*]] = stablehlo.add %[[FIRST]], %arg2 {mhlo.sharding = "{devices=[2,2,2]<=[2,2,2]T(0,2,1) last_tile_dim_replicate}"}
+// CHECK: stablehlo.divide %[[SECOND]], %arg3 {mhlo.sharding = "{devices=[2,2,2]<=[2,2,2]T(0,2,1) last_tile_dim_replicate}"}
+sdy.mesh @mesh = <["a"=2, "b"=2, "c"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}p0, {"b"}p0]>},
+                %arg1: tensor<8x8xf32>, %arg2: tensor<8x8xf32>,
+                %arg3: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{?}, {"c"}p0]>}) -> tensor<8x8xf32> {
+  %0 = stablehlo.add %arg0, %arg1 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{?}, {?}p1]>]>} : tensor<8x8xf32>
+  %1 = stablehlo.add %0, %arg2 : tensor<8x8xf32>
+  %2 = stablehlo.divide %1, %arg3 : tensor<8x8xf32>
+  return %2 : tensor<8x8xf32>
+}
