@@ -8,7 +8,8 @@ the ones before it:
     ir, diagnostics, module_shardings          MLIR plumbing, located errors, sharding attrs
     passes/                                    one pass per file (spmd-annotate, ...)
     pipeline, api, cli/                        textual pipelines, Python API, CLIs
-    runtime                                    compile and run partitioned modules on PJRT
+    runtime, distributed, launch               compile and run partitioned modules on PJRT,
+                                               in one process or several
 """
 
 import os as _os
@@ -25,6 +26,7 @@ from stablehlo_spmd.api import (
 from stablehlo_spmd.diagnostics import Diagnostic, SpmdWarning
 from stablehlo_spmd.errors import (
     MeshError, PipelineError, RulesError, ShardingError, ShardingSyntaxError, SpmdError)
+from stablehlo_spmd import distributed
 from stablehlo_spmd.export import export
 from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
 from stablehlo_spmd.mesh import Mesh
@@ -39,6 +41,6 @@ __all__ = [
     "ensure_host_devices", "run", "run_single_device",
     "Diagnostic", "HloSharding", "Mesh", "MeshError", "PipelineError", "Rule", "RuleSet",
     "RulesError", "Sharding", "ShardingError", "ShardingSyntaxError", "SpmdError", "SpmdWarning",
-    "TileAssignment", "annotate", "as_mesh", "export", "format_sharding", "load_rules",
+    "TileAssignment", "annotate", "distributed", "as_mesh", "export", "format_sharding", "load_rules",
     "parse_rules", "parse_sharding", "partition", "propagate", "run_passes", "spmd_jit",
 ]

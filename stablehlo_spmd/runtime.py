@@ -391,6 +391,28 @@ def ensure_host_devices(n: int) -> None:
             jax.config.update("jax_num_cpu_devices", count)
 
 
+def set_host_device_count(n: int) -> None:
+    """Give this process exactly `n` CPU host devices (one process's share of
+    a multi-process mesh), replacing any count ``XLA_FLAGS`` has; must run
+    before jax's backends start."""
+    if n < 1:
+        raise DeviceError(f"a device count must be positive, got {n}")
+    if "jax" in sys.modules and _backends_started():
+        import jax
+        if jax.local_device_count() != n:
+            raise DeviceError(f"this process already has {jax.local_device_count()} devices; "
+                              f"ask for {n} before jax starts its backends")
+        return
+    flags = re.sub(re.escape(_FORCE_DEVICES) + r"=\d+", "", os.environ.get("XLA_FLAGS", ""))
+    os.environ["XLA_FLAGS"] = f"{flags} {_FORCE_DEVICES}={n}".strip()
+    if "jax" in sys.modules:
+        import jax
+        try:
+            jax.config.update("jax_num_cpu_devices", n)
+        except AttributeError:
+            pass
+
+
 def _backends_started() -> bool:
     try:
         from jax._src import xla_bridge
@@ -415,10 +437,13 @@ def _raise_flag(n: int) -> int:
 
 
 def _available_devices(n: int) -> list | None:
-    """The first `n` devices of the default backend, else of the CPU backend; None if neither."""
+    """The first `n` devices of the default backend, else of the CPU backend; None if neither.
+
+    With several processes these are global devices, in id order: logical
+    device i runs on global device i whichever process holds it."""
     import jax
 
-    devices = jax.devices()
+    devices = sorted(jax.devices(), key=lambda d: d.id)
     if len(devices) >= n:
         return list(devices[:n])
     if devices[0].platform != "cpu":
@@ -435,6 +460,10 @@ def _too_few_message(n: int, started: bool = False) -> str:
     import jax
 
     have = jax.devices()
+    if jax.process_count() > 1:
+        return (f"the module needs {n} devices but the {jax.process_count()} processes have "
+                f"{len(have)} {have[0].platform} devices in all ({jax.local_device_count()} "
+                "here); start more processes or give each more devices")
     message = (f"the module needs {n} devices but jax has {len(have)} {have[0].platform} "
                f"device{'s' if len(have) != 1 else ''}")
     if started:
@@ -532,8 +561,30 @@ def compile(partitioned_text: str, devices: Sequence[Any] | None = None,
 
 def _compile(text: str, devices, filename: str | None, single_device: bool) -> "Executable":
     info = _read_module(text, filename, single_device)
+    several = _join_processes(info.num_partitions)
     picked = _pick_devices(info.num_partitions, devices)
+    if several and not single_device:
+        from stablehlo_spmd import distributed
+        distributed.check_same_module(text)
     return Executable(info, picked, filename)
+
+
+def _join_processes(n: int) -> bool:
+    """Join the other processes when this one is meant to run with them
+    (`stablehlo_spmd.distributed`); whether it runs with others.  On CPU each
+    process asks for its share of the module's `n` devices unless told how many."""
+    from stablehlo_spmd import distributed
+
+    if distributed.is_initialized():
+        return True
+    if not distributed.requested():
+        return False
+    found = distributed.settings()
+    per_process = found.devices_per_process
+    if per_process is None and found.num_processes:
+        per_process = -(-n // found.num_processes)
+    distributed.initialize(devices_per_process=per_process)
+    return True
 
 
 def _compile_options(n: int, devices: list, uses_shardy: bool):
@@ -600,6 +651,12 @@ class Executable:
         # splits evenly (see `_HostTransfer` and `_output_handler`).
         self._padded_in = [_whole_shards_shape(h, t.shape) for h, t in zip(in_hlo, self.arguments)]
         self._padded_out = [_whole_shards_shape(h, t.shape) for h, t in zip(out_hlo, self.results)]
+        if jax.process_count() > 1:
+            uneven = next((t for t, padded in zip(self.results, self._padded_out) if padded), None)
+            if uneven is not None:
+                raise RuntimeCompileError(
+                    f"{uneven.describe()} is split unevenly, which cannot come back as one "
+                    "jax.Array across processes; shard it evenly", filename)
         self.in_shardings = tuple(self._jax_sharding(h, padded or t.shape)
                                   for h, t, padded in zip(in_hlo, self.arguments, self._padded_in))
         self.out_shardings = tuple(self._jax_sharding(h, padded or t.shape)
@@ -754,9 +811,11 @@ class _HostTransfer:
         self.padding = None if padded is None else [
             (0, whole - size) for whole, size in zip(padded, argument.shape)]
         self._aval = jax.core.ShapedArray(shape, argument.dtype)
-        self._devices = list(devices)
+        # With several processes each feeds the shards of its own devices only.
+        here = jax.process_index()
+        self._devices = [device for device in devices if device.process_index == here]
         by_device = sharding.devices_indices_map(shape)
-        self._slices = [by_device[device] for device in devices]
+        self._slices = [by_device[device] for device in self._devices]
 
     def __call__(self, value: np.ndarray):
         from jaxlib import xla_client as xc
@@ -992,6 +1051,11 @@ def run_files(module_path: str, inputs_npz: str | None, outputs_npz: str) -> lis
     written as ``result0``, ``result1``, ... (positional, whatever the
     results' names), to a temporary file renamed onto `outputs_npz` only when
     everything succeeded.  Returns (key, NumPy array) for each output written.
+
+    With several processes (`stablehlo_spmd.distributed`: launch's
+    variables, or a cluster jax detects) every process runs this with the
+    same files: each feeds its own devices' shards, and process 0 writes the
+    outputs.
     """
     try:
         with open(module_path, "rb") as handle:
@@ -1003,14 +1067,28 @@ def run_files(module_path: str, inputs_npz: str | None, outputs_npz: str) -> lis
     except UnicodeDecodeError as error:
         raise SpmdError(f"the input is not UTF-8 text (byte {error.start})", module_path) from None
     info = _read_module(text, module_path)
-    ensure_host_devices(info.num_partitions)  # before jax is imported, if it is not yet
     arrays = _read_inputs(inputs_npz, info.arguments, module_path)
+    from stablehlo_spmd import distributed
+
+    several = _join_processes(info.num_partitions)
+    if several:
+        distributed.check_same_module(text)
+    else:
+        ensure_host_devices(info.num_partitions)  # before jax is imported, if it is not yet
     picked = _pick_devices(info.num_partitions, None)
     executable = Executable(info, picked, module_path)
     outputs = executable(*arrays)
-    written = [(f"result{i}", np.asarray(output)) for i, output in enumerate(outputs)]
-    _write_npz(outputs_npz, written)
+    # Every process takes part in gathering a result spread over processes;
+    # process 0 writes them.
+    written = [(f"result{i}", distributed.to_host(output)) for i, output in enumerate(outputs)]
+    if not several or _process_index() == 0:
+        _write_npz(outputs_npz, written)
     return written
+
+
+def _process_index() -> int:
+    import jax
+    return jax.process_index()
 
 
 def _read_inputs(path: str | None, arguments: Sequence[TensorInfo], module_path: str) -> list:

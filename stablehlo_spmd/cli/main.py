@@ -11,11 +11,14 @@ ready for ``stablehlo-spmd-opt --spmd-annotate=rules=...``.  ``explain``
 propagates shardings and prints, for every op, the sharding it got and the
 chain of ops and values it came through back to a user annotation: the
 answer to "why is this tensor sharded like that?".  ``run`` executes a
-partitioned module on its devices with inputs and outputs in ``.npz`` files.
+partitioned module on its devices with inputs and outputs in ``.npz`` files,
+in one process or in several (``launch`` starts them on one host).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import click
@@ -85,13 +88,69 @@ def demo_command() -> None:
 @click.option("--inputs", "inputs_npz", default=None, metavar="IN.npz",
               help="Inputs: argument i under its name (e.g. \"params['w1']\") or 'arg<i>'.")
 @click.option("--outputs", "outputs_npz", required=True, metavar="OUT.npz",
-              help="Where to write the results, as 'result0', 'result1', ...")
-def run_command(input_file: str, inputs_npz: str | None, outputs_npz: str) -> None:
-    """Run a partitioned module on its mhlo.num_partitions devices (CPU: host devices)."""
+              help="Where to write the results, as 'result0', 'result1', ... (process 0 "
+                   "writes them when several processes run the module).")
+@click.option("--coordinator", default=None, metavar="HOST:PORT",
+              help="Run with other processes: the address of process 0's coordinator.")
+@click.option("--num-processes", type=int, default=None, help="With --coordinator: how many.")
+@click.option("--process-id", type=int, default=None, help="With --coordinator: this one's id.")
+def run_command(input_file: str, inputs_npz: str | None, outputs_npz: str,
+                coordinator: str | None, num_processes: int | None,
+                process_id: int | None) -> None:
+    """Run a partitioned module on its mhlo.num_partitions devices (CPU: host devices).
+
+    With several processes (stablehlo-spmd launch, the flags above, or a
+    SLURM / Open MPI job) the devices are those of all processes together."""
+    from stablehlo_spmd import distributed
     from stablehlo_spmd.runtime import run_files
 
-    for key, array in run_files(input_file, inputs_npz, outputs_npz):
-        click.echo(f"{key}: {array.dtype}{list(array.shape)}")
+    if any(v is not None for v in (coordinator, num_processes, process_id)):
+        found = distributed.settings(coordinator, num_processes, process_id)
+        os.environ[distributed.COORDINATOR] = found.coordinator
+        os.environ[distributed.NUM_PROCESSES] = str(found.num_processes)
+        os.environ[distributed.PROCESS_ID] = str(found.process_id)
+    written = run_files(input_file, inputs_npz, outputs_npz)
+    if os.environ.get(distributed.PROCESS_ID, "0") == "0":
+        for key, array in written:
+            click.echo(f"{key}: {array.dtype}{list(array.shape)}")
+
+
+@cli.command("launch", context_settings={"ignore_unknown_options": True,
+                                         "allow_interspersed_args": False})
+@click.option("--processes", type=int, required=True, help="How many processes to start.")
+@click.option("--devices-per-process", type=int, default=None,
+              help="CPU host devices each process has (XLA's host device count).")
+@click.option("--coordinator", default=None, metavar="HOST:PORT",
+              help="Where process 0 serves the others (default: a free loopback port).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def launch_command(processes: int, devices_per_process: int | None, coordinator: str | None,
+                   command: tuple[str, ...]) -> None:
+    """Start PROCESSES local processes of COMMAND that run as one program.
+
+    \b
+    stablehlo-spmd launch --processes 2 --devices-per-process 4 -- stablehlo-spmd demo
+    stablehlo-spmd launch --processes 2 -- stablehlo-spmd run m.mlir --inputs i.npz --outputs o.npz
+
+    Output lines are prefixed with the process id.  When a process fails the
+    others are ended at once, and launch exits with the failing code."""
+    from stablehlo_spmd.launch import LaunchOptions, launch
+
+    if command and command[0] == "--":
+        command = command[1:]
+    options = LaunchOptions(processes, devices_per_process, coordinator)
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        outcome = launch(command, options, click.echo)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if outcome.exit_code != 0:
+        click.echo(f"error: process {outcome.failed_process} of {processes} {outcome.how}; "
+                   "the others were stopped", err=True)
+        sys.exit(outcome.exit_code)
+
+
+def _interrupted(number, frame) -> None:
+    raise KeyboardInterrupt  # launch ends its processes on the way out
 
 
 def main(argv: list[str] | None = None) -> None:
