@@ -134,6 +134,8 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
 
     if found.devices_per_process is not None:
         set_host_device_count(found.devices_per_process)
+    if found.num_processes == 1:
+        return   # nobody to meet: in-process collectives are far faster than gloo's
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     deadline = time.monotonic() + found.timeout_s
     if found.explicit and found.process_id != 0:
