@@ -561,7 +561,8 @@ def compile(partitioned_text: str, devices: Sequence[Any] | None = None,
 
 def _compile(text: str, devices, filename: str | None, single_device: bool) -> "Executable":
     info = _read_module(text, filename, single_device)
-    several = _join_processes(info.num_partitions)
+    # A one-device run says nothing about how many devices each process needs.
+    several = _join_processes(0 if single_device else info.num_partitions)
     picked = _pick_devices(info.num_partitions, devices)
     if several and not single_device:
         from stablehlo_spmd import distributed
@@ -572,7 +573,7 @@ def _compile(text: str, devices, filename: str | None, single_device: bool) -> "
 def _join_processes(n: int) -> bool:
     """Join the other processes when this one is meant to run with them
     (`stablehlo_spmd.distributed`); whether it runs with others.  On CPU each
-    process asks for its share of the module's `n` devices unless told how many."""
+    process asks for its share of the module's `n` devices (n > 0) unless told how many."""
     from stablehlo_spmd import distributed
 
     if distributed.is_initialized():
@@ -581,7 +582,7 @@ def _join_processes(n: int) -> bool:
         return False
     found = distributed.settings()
     per_process = found.devices_per_process
-    if per_process is None and found.num_processes:
+    if per_process is None and found.num_processes and n > 0:
         per_process = -(-n // found.num_processes)
     distributed.initialize(devices_per_process=per_process)
     return True
