@@ -41,6 +41,6 @@ __all__ = [
     "ensure_host_devices", "run", "run_single_device",
     "Diagnostic", "HloSharding", "Mesh", "MeshError", "PipelineError", "Rule", "RuleSet",
     "RulesError", "Sharding", "ShardingError", "ShardingSyntaxError", "SpmdError", "SpmdWarning",
-    "TileAssignment", "annotate", "distributed", "as_mesh", "export", "format_sharding", "load_rules",
+    "TileAssignment", "annotate", "as_mesh", "distributed", "export", "format_sharding", "load_rules",
     "parse_rules", "parse_sharding", "partition", "propagate", "run_passes", "spmd_jit",
 ]

@@ -38,12 +38,9 @@ class Collective:
 def run_demo(echo=print) -> bool:
     from stablehlo_spmd import distributed
     from stablehlo_spmd.runtime import ensure_host_devices
-    several = distributed.requested()
-    if several:  # under `stablehlo-spmd launch`: the 8 devices are every process's together
-        found = distributed.settings()
-        distributed.initialize(devices_per_process=found.devices_per_process
-                               or -(-DEVICES // (found.num_processes or 1)))
-    else:
+    # Under `stablehlo-spmd launch` the 8 devices are every process's together.
+    several = distributed.join(DEVICES)
+    if not several:
         ensure_host_devices(DEVICES)
     import numpy as np
     import jax

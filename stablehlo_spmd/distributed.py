@@ -115,6 +115,30 @@ def is_initialized() -> bool:
         return False
 
 
+def join(device_count: int = 0) -> bool:
+    """Join the other processes when this one is meant to run with them (see
+    `requested`); whether it runs with others.  On CPU each process asks for
+    its share of `device_count` devices unless told how many."""
+    if is_initialized():
+        return True
+    if not requested():
+        return False
+    found = settings()
+    per_process = found.devices_per_process
+    if per_process is None and found.num_processes and device_count > 0:
+        per_process = -(-device_count // found.num_processes)
+    initialize(devices_per_process=per_process)
+    return True
+
+
+def process_index() -> int:
+    """This process's id among those running the program (0 when alone)."""
+    if not is_initialized():
+        return 0
+    import jax
+    return jax.process_index()
+
+
 def initialize(coordinator: str | None = None, num_processes: int | None = None,
                process_id: int | None = None, *, devices_per_process: int | None = None,
                timeout_s: int | None = None) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -33,10 +32,10 @@ import time
 from typing import Callable, Sequence
 
 from stablehlo_spmd import distributed
+from stablehlo_spmd.runtime import with_host_device_count
 
 GRACE_S = 3.0
 _POLL_S = 0.05
-_FORCE_DEVICES = "--xla_force_host_platform_device_count"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +70,9 @@ def process_environment(base: dict[str, str], options: LaunchOptions, coordinato
     env["PYTHONUNBUFFERED"] = "1"   # lines come out as they are printed, not at exit
     if options.devices_per_process is not None:
         env[distributed.DEVICES_PER_PROCESS] = str(options.devices_per_process)
-        flags = re.sub(re.escape(_FORCE_DEVICES) + r"=\d+", "", env.get("XLA_FLAGS", ""))
-        env["XLA_FLAGS"] = f"{flags} {_FORCE_DEVICES}={options.devices_per_process}".strip()
+        # For any jax program, not only ours, which would read the variable above.
+        env["XLA_FLAGS"] = with_host_device_count(env.get("XLA_FLAGS", ""),
+                                                  options.devices_per_process)
     return env
 
 

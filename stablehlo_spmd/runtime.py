@@ -403,14 +403,19 @@ def set_host_device_count(n: int) -> None:
             raise DeviceError(f"this process already has {jax.local_device_count()} devices; "
                               f"ask for {n} before jax starts its backends")
         return
-    flags = re.sub(re.escape(_FORCE_DEVICES) + r"=\d+", "", os.environ.get("XLA_FLAGS", ""))
-    os.environ["XLA_FLAGS"] = f"{flags} {_FORCE_DEVICES}={n}".strip()
+    os.environ["XLA_FLAGS"] = with_host_device_count(os.environ.get("XLA_FLAGS", ""), n)
     if "jax" in sys.modules:
         import jax
         try:
             jax.config.update("jax_num_cpu_devices", n)
         except AttributeError:
             pass
+
+
+def with_host_device_count(flags: str, n: int) -> str:
+    """`flags` (an ``XLA_FLAGS`` value) with the CPU host device count set to `n`."""
+    kept = re.sub(re.escape(_FORCE_DEVICES) + r"=\d+", "", flags)
+    return f"{kept} {_FORCE_DEVICES}={n}".strip()
 
 
 def _backends_started() -> bool:
@@ -560,32 +565,25 @@ def compile(partitioned_text: str, devices: Sequence[Any] | None = None,
 
 
 def _compile(text: str, devices, filename: str | None, single_device: bool) -> "Executable":
-    info = _read_module(text, filename, single_device)
-    # A one-device run says nothing about how many devices each process needs.
-    several = _join_processes(0 if single_device else info.num_partitions)
-    picked = _pick_devices(info.num_partitions, devices)
-    if several and not single_device:
-        from stablehlo_spmd import distributed
-        distributed.check_same_module(text)
-    return Executable(info, picked, filename)
+    return _executable(_read_module(text, filename, single_device), text, devices, filename,
+                       single_device)
 
 
-def _join_processes(n: int) -> bool:
-    """Join the other processes when this one is meant to run with them
-    (`stablehlo_spmd.distributed`); whether it runs with others.  On CPU each
-    process asks for its share of the module's `n` devices (n > 0) unless told how many."""
+def _executable(info: _ModuleInfo, text: str, devices, filename: str | None,
+                single_device: bool = False, ask_for_devices: bool = False) -> "Executable":
+    """Compile for the module's devices: those of every process when this one
+    runs with others (`stablehlo_spmd.distributed`), which must all run the
+    same module; with `ask_for_devices`, a lone process asks for host devices."""
     from stablehlo_spmd import distributed
 
-    if distributed.is_initialized():
-        return True
-    if not distributed.requested():
-        return False
-    found = distributed.settings()
-    per_process = found.devices_per_process
-    if per_process is None and found.num_processes and n > 0:
-        per_process = -(-n // found.num_processes)
-    distributed.initialize(devices_per_process=per_process)
-    return True
+    # A one-device run says nothing about how many devices each process needs.
+    several = distributed.join(0 if single_device else info.num_partitions)
+    if several and not single_device:
+        distributed.check_same_module(text)
+    elif ask_for_devices and not several:
+        ensure_host_devices(info.num_partitions)  # before jax is imported, if it is not yet
+    picked = _pick_devices(info.num_partitions, devices)
+    return Executable(info, picked, filename)
 
 
 def _compile_options(n: int, devices: list, uses_shardy: bool):
@@ -1071,25 +1069,14 @@ def run_files(module_path: str, inputs_npz: str | None, outputs_npz: str) -> lis
     arrays = _read_inputs(inputs_npz, info.arguments, module_path)
     from stablehlo_spmd import distributed
 
-    several = _join_processes(info.num_partitions)
-    if several:
-        distributed.check_same_module(text)
-    else:
-        ensure_host_devices(info.num_partitions)  # before jax is imported, if it is not yet
-    picked = _pick_devices(info.num_partitions, None)
-    executable = Executable(info, picked, module_path)
+    executable = _executable(info, text, None, module_path, ask_for_devices=True)
     outputs = executable(*arrays)
     # Every process takes part in gathering a result spread over processes;
     # process 0 writes them.
     written = [(f"result{i}", distributed.to_host(output)) for i, output in enumerate(outputs)]
-    if not several or _process_index() == 0:
+    if distributed.process_index() == 0:
         _write_npz(outputs_npz, written)
     return written
-
-
-def _process_index() -> int:
-    import jax
-    return jax.process_index()
 
 
 def _read_inputs(path: str | None, arguments: Sequence[TensorInfo], module_path: str) -> list:

@@ -110,7 +110,7 @@ def run_command(input_file: str, inputs_npz: str | None, outputs_npz: str,
         os.environ[distributed.NUM_PROCESSES] = str(found.num_processes)
         os.environ[distributed.PROCESS_ID] = str(found.process_id)
     written = run_files(input_file, inputs_npz, outputs_npz)
-    if os.environ.get(distributed.PROCESS_ID, "0") == "0":
+    if distributed.process_index() == 0:
         for key, array in written:
             click.echo(f"{key}: {array.dtype}{list(array.shape)}")
 
