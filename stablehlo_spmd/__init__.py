@@ -22,7 +22,7 @@ import os as _os
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from stablehlo_spmd.api import (
-    annotate, as_mesh, format_sharding, parse_sharding, partition, propagate, run_passes, spmd_jit)
+    annotate, as_mesh, auto_shard, format_sharding, parse_sharding, partition, propagate, run_passes, spmd_jit)
 from stablehlo_spmd.diagnostics import Diagnostic, SpmdWarning
 from stablehlo_spmd.errors import (
     MeshError, PipelineError, RulesError, ShardingError, ShardingSyntaxError, SpmdError)
@@ -41,6 +41,6 @@ __all__ = [
     "ensure_host_devices", "run", "run_single_device",
     "Diagnostic", "HloSharding", "Mesh", "MeshError", "PipelineError", "Rule", "RuleSet",
     "RulesError", "Sharding", "ShardingError", "ShardingSyntaxError", "SpmdError", "SpmdWarning",
-    "TileAssignment", "annotate", "as_mesh", "distributed", "export", "format_sharding", "load_rules",
+    "TileAssignment", "annotate", "as_mesh", "auto_shard", "distributed", "export", "format_sharding", "load_rules",
     "parse_rules", "parse_sharding", "partition", "propagate", "run_passes", "spmd_jit",
 ]

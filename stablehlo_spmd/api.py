@@ -19,6 +19,7 @@ from stablehlo_spmd.hlo_sharding import HloSharding, format_hlo_sharding, parse_
 from stablehlo_spmd.ir import make_context, parse_module, print_module
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.passes.annotate import AnnotatePass
+from stablehlo_spmd.passes.auto_shard import AutoShardPass
 from stablehlo_spmd.passes.partition import PartitionPass
 from stablehlo_spmd.passes.propagate import PropagatePass
 from stablehlo_spmd.pipeline import Pipeline, parse_pipeline, run_pipeline
@@ -102,6 +103,31 @@ def partition(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet 
     rule_set = as_rule_set(rules, as_mesh(mesh) if mesh is not None else None)
     pipeline = Pipeline((AnnotatePass(rules=rule_set), PropagatePass(), PartitionPass(),
                          "canonicalize", "cse"))
+    return run_passes(text, pipeline, filename)
+
+
+def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = None,
+               rules: Iterable[Any] | str | RuleSet = (), bandwidth: str | dict | None = None,
+               latency: float = 0.0, filename: str = "<input>") -> str:
+    """Choose every value's sharding over `mesh` within `memory_budget` bytes per device.
+
+    `memory_budget` is an int or a string like ``"2GiB"``; None means no
+    limit.  `rules` (as for `annotate`) are hard constraints, as are the
+    module's own annotations.  `bandwidth` (``{"data": 25e9}`` or
+    ``"data=25e9,model=300e9"``, bytes per second per axis) makes the search
+    minimize seconds instead of bytes.  The result is an annotated module:
+    ``partition(auto_shard(...))`` partitions it with the mesh it names.
+    Raises `SpmdError` when no plan fits the budget, naming the smallest one
+    that does.
+    """
+    mesh = as_mesh(mesh)
+    rule_set = as_rule_set(rules, mesh)
+    if isinstance(bandwidth, dict):
+        bandwidth = ",".join(f"{axis}={speed}" for axis, speed in bandwidth.items())
+    budget = "" if memory_budget is None else str(memory_budget)
+    pipeline = Pipeline((AnnotatePass(rules=rule_set),
+                         AutoShardPass(memory_budget=budget, bandwidth=bandwidth or "",
+                                       latency=latency)))
     return run_passes(text, pipeline, filename)
 
 

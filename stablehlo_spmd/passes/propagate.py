@@ -100,14 +100,14 @@ class PropagatePass(ModulePass):
             from stablehlo_spmd.passes.shardy_engine import run_shardy_propagation
             run_shardy_propagation(module, mesh)
             return
-        graph = _Graph.build(module, mesh)
+        graph = ModuleGraph.build(module, mesh)
         if graph is None:
             return
         graph.solver.run()
         graph.write(module, mesh, self.explain, self.origins)
 
 
-class _Graph:
+class ModuleGraph:
     """The solver's graph plus what is needed to write its answer back."""
 
     def __init__(self, mesh: Mesh):
@@ -138,7 +138,7 @@ class _Graph:
     # ---------------------------------------------------------------- build
 
     @classmethod
-    def build(cls, module: ir.Operation, mesh: Mesh) -> "_Graph | None":
+    def build(cls, module: ir.Operation, mesh: Mesh) -> "ModuleGraph | None":
         graph = cls(mesh)
         graph.functions = {ir.StringAttr(f.attributes["sym_name"]).value: f
                            for f in functions(module)}

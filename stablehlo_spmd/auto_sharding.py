@@ -1,0 +1,976 @@
+"""Automatic sharding: choose every value's layout from a mesh and a memory budget.
+
+This module is the search, over the same plain graph the propagation solver
+uses (`propagation.Node`s: an `OpRule` and value ids; shapes and element
+sizes); the ``spmd-auto-shard`` pass builds the graph from a module and
+writes the answer back.  Every layout the search can pick is one the
+op-rule table allows, and every move between layouts is priced by the
+reshard planner, so the plan it prices is the program the partitioner emits.
+
+The formulation (Alpa's, made smaller)
+--------------------------------------
+*Strategies.*  An op's strategy deals mesh axes out to its factors
+(`OpRule`): each axis goes to one PASS_THROUGH or REDUCTION factor it
+divides, or to none.  That fixes the layout the op reads each operand in and
+writes each result in.  A sum whose REDUCTION factor is split writes a
+Partial result (OneFlow's P), or, as a second strategy, finishes the sum
+inside the op; an op linear in its operands (`UnreducedFlow`) may also carry
+a Partial through.  A *contraction* (an op with two operands that share a
+REDUCTION factor: dot, convolution) never computes the same block twice
+(Alpa's rule): only its strategies that split its work the most are kept.
+
+*Decision units.*  Each strategy set is one decision unit with one binary
+variable per strategy.  Most ops add no unit: an op with no REDUCTION
+factor that creates no data (element-wise ops, transposes, reshapes,
+slices) *follows* its largest operand, its strategy read off that
+operand's layout; it only adds the costs of what it needs.  Values tied
+together (while carries, call arguments, function results) are one value
+class.  A class with no single producer (an argument, a loop carry) is a
+unit of its own whose strategies are its layouts.  An op whose operands are
+all scalars (a broadcast constant) takes whatever layout its one consumer
+wants, at no cost, and adds nothing.
+
+*Costs.*  Where a value's layout differs from the layout a consumer reads
+it in, the reshard planner's plan is priced: bytes per device, or, when
+bandwidths are given, seconds (alpha + bytes / bandwidth per collective, the
+slowest axis of its group).  Between two units the cost is a matrix over
+their strategy pairs, linearized with one continuous variable per pair of
+distinct strategy groups and the transportation constraints (exact: the
+marginals are one-hot).  Within one unit it is a linear term.
+
+*Memory.*  Each value's bytes per device is linear in its unit's variables;
+a value lives from its producer to its last consumer in program order
+(arguments and results: throughout).  The peak over the program is bounded
+by the budget at the program points where it is largest: the search solves,
+measures every point under the plan, adds the points that overflow, and
+solves again (a cutting-plane loop).
+
+*Repeated layers.*  Units whose ops look the same from three hops away
+(Weisfeiler-Lehman hashes over the op graph: op, rule, shapes and
+annotations, then their neighbours') share one set of variables, and the
+cost matrices of their edges are summed.  The layers of an unrolled stack
+fall into one class each, so the problem's size does not grow with depth;
+only its building does, linearly, with every cost and strategy cached.
+
+The solver is `scipy.optimize.milp` (HiGHS).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import math
+import time
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from stablehlo_spmd.errors import SpmdError
+from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
+from stablehlo_spmd.propagation import NO_VALUE, Node
+from stablehlo_spmd.reshard import ReshardError, plan
+from stablehlo_spmd.sharding import Sharding
+
+Axes = tuple[str, ...]
+WL_ROUNDS = 3
+
+
+class InfeasibleBudget(SpmdError):
+    """No plan fits the memory budget; `smallest` is the least peak found."""
+
+    def __init__(self, message: str, smallest: float):
+        super().__init__(message)
+        self.smallest = smallest
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """What a reshard costs: bytes per device, or seconds when bandwidths are given.
+
+    `bandwidths` are bytes per second per mesh axis; a collective over
+    several axes runs at the slowest one's.  `latency` is each
+    collective's fixed cost in seconds (the alpha of an alpha-beta model).
+    """
+
+    bandwidths: tuple[tuple[str, float], ...] = ()
+    latency: float = 0.0
+
+    def price(self, steps) -> float:
+        if not self.bandwidths:
+            return float(sum(step.bytes_per_device for step in steps))
+        speed = dict(self.bandwidths)
+        total = 0.0
+        for step in steps:
+            if step.bytes_per_device <= 0:
+                continue
+            slowest = min((speed.get(axis, math.inf) for axis in step.axes), default=math.inf)
+            total += self.latency + (step.bytes_per_device / slowest if slowest < math.inf else 0)
+        return total
+
+
+@dataclasses.dataclass
+class Graph:
+    """What the search reads: the propagation graph plus what the module says.
+
+    `pins` are the user's layouts (hard constraints); `open_dims` the dims
+    of a pin the search may still split.  `carried` are pairs of values
+    that must share a layout (a training step's updated parameter and the
+    parameter).  `outputs` live to the end of the program."""
+
+    mesh: Mesh
+    shapes: Sequence[tuple[int, ...]]
+    element_bytes: Sequence[int]
+    nodes: Sequence[Node]
+    pins: dict[int, Sharding] = dataclasses.field(default_factory=dict)
+    open_dims: dict[int, frozenset[int]] = dataclasses.field(default_factory=dict)
+    carried: Sequence[tuple[int, int]] = ()
+    outputs: Iterable[int] = ()
+    arguments: Iterable[int] = ()
+
+
+@dataclasses.dataclass
+class Plan:
+    """The search's answer: a layout per value, and how it was reached."""
+
+    layouts: list[Sharding | None]
+    why: list[str]                 # per value: pinned, searched, follows ...
+    cost: float                    # the objective: bytes (or seconds) per step
+    peak_memory: float             # estimated bytes per device at the peak
+    solve_seconds: float
+    build_seconds: float
+    variables: int
+    constraints: int
+    units: int
+    unit_classes: int
+
+
+# ------------------------------------------------------------------ strategies
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    operands: tuple[Sharding | None, ...]   # the layout each operand is read in
+    results: tuple[Sharding | None, ...]    # the layout each result is written in
+    cost: float                             # communication inside the op
+    label: str
+
+
+class _Layouts:
+    """Shardings built once per value (they are compared and hashed a lot)."""
+
+    def __init__(self, mesh: Mesh):
+        self.mesh = mesh
+        self._made: dict[tuple, Sharding] = {}
+        self.axis_size = dict(zip(mesh.axis_names, mesh.mesh_shape))
+        self.axes = tuple(a for a in mesh.axis_names if self.axis_size[a] > 1)
+
+    def get(self, dims: tuple[Axes, ...], unreduced: Axes = (), reduction: str = "sum") -> Sharding:
+        key = (dims, unreduced, reduction)
+        found = self._made.get(key)
+        if found is None:
+            found = self._made[key] = Sharding(self.mesh, dims, unreduced=unreduced,
+                                               reduction=reduction)
+        return found
+
+    def all_for(self, shape: tuple[int, ...]) -> list[Sharding]:
+        """Every layout of `shape` that splits dims evenly, axes in mesh order per dim."""
+        key = ("all", shape)
+        found = self._made.get(key)
+        if found is not None:
+            return found
+        choices = []
+        for assignment in itertools.product(range(len(shape) + 1), repeat=len(self.axes)):
+            dims = [[] for _ in shape]
+            for axis, dim in zip(self.axes, assignment):
+                if dim < len(shape):
+                    dims[dim].append(axis)
+            if all(shape[d] % _product(self.axis_size, axes) == 0 for d, axes in enumerate(dims)):
+                choices.append(self.get(tuple(tuple(a) for a in dims)))
+        self._made[key] = choices
+        return choices
+
+
+def _product(axis_size: dict[str, int], axes: Iterable[str]) -> int:
+    result = 1
+    for axis in axes:
+        result *= axis_size[axis]
+    return result
+
+
+def _is_contraction(rule: OpRule) -> bool:
+    """Two operands share a REDUCTION factor: a dot or a convolution."""
+    reduction = {f for f, kind in enumerate(rule.factor_kinds) if kind is FactorKind.REDUCTION}
+    holders = sum(1 for tensor in rule.operands
+                  if any(f in reduction for dim in tensor for f in dim))
+    return holders >= 2
+
+
+class _Strategies:
+    """An op's strategies from its rule, cached by rule: a 13k-op step has few rules."""
+
+    def __init__(self, layouts: _Layouts, reshard_cost):
+        self.layouts = layouts
+        self.reshard_cost = reshard_cost
+        self._anchors: dict[OpRule, list[Strategy]] = {}
+        self._followed: dict[tuple, Strategy | None] = {}
+
+    # An assignment is a tuple over factors of their axes.
+
+    def _tensor_layout(self, rule: OpRule, tensor, assignment, unreduced: Axes = (),
+                       reduction: str = "sum") -> Sharding | None:
+        dims = []
+        for factors in tensor:
+            axes: list[str] = []
+            whole = True
+            for factor in factors:
+                factor_axes = assignment[factor]
+                if factor_axes and not whole:
+                    return None   # a minor factor split under an unsplit major one
+                axes.extend(factor_axes)
+                whole = _product(self.layouts.axis_size, factor_axes) == rule.factor_sizes[factor]
+            dims.append(tuple(axes))
+        return self.layouts.get(tuple(dims), unreduced, reduction)
+
+    def _build(self, rule: OpRule, assignment, carried: Axes = (), carrier: int | None = None,
+               finish: bool = False) -> Strategy | None:
+        """The strategy dealing `assignment`; `carried` axes are Partial on
+        operand `carrier` (every linear operand for a JOINT op) and the
+        results; `finish` sums a born Partial inside the op."""
+        born: list[str] = []
+        if rule.reduction is not None:
+            for factor, kind in enumerate(rule.factor_kinds):
+                if kind is FactorKind.REDUCTION:
+                    born.extend(assignment[factor])
+        operands = []
+        for position, tensor in enumerate(rule.operands):
+            partial = ()
+            if carried and (position == carrier or (
+                    rule.unreduced is UnreducedFlow.JOINT and position in rule.linear_operands)):
+                partial = carried
+            layout = self._tensor_layout(rule, tensor, assignment, partial)
+            if layout is None:
+                return None
+            operands.append(layout)
+        pending = tuple(a for a in self.layouts.axes if a in set(born) | set(carried))
+        kind = rule.reduction if born else "sum"
+        cost = 0.0
+        results = []
+        for tensor in rule.results:
+            try:
+                layout = self._tensor_layout(rule, tensor, assignment, pending, kind or "sum")
+            except Exception:  # noqa: BLE001 - e.g. an unreduced axis also on a dim
+                return None
+            if layout is None:
+                return None
+            if pending and (finish or kind != "sum"):
+                summed = self.layouts.get(layout.dim_axes)
+                cost += self.reshard_cost(layout, summed, tensor, rule)
+                layout = summed
+            results.append(layout)
+        label = _describe(rule, assignment, carried, finish)
+        return Strategy(tuple(operands), tuple(results), cost, label)
+
+    def anchor(self, rule: OpRule) -> list[Strategy]:
+        found = self._anchors.get(rule)
+        if found is not None:
+            return found
+        axis_size = self.layouts.axis_size
+        choosable = [f for f, kind in enumerate(rule.factor_kinds)
+                     if kind in (FactorKind.PASS_THROUGH, FactorKind.REDUCTION)]
+        strategies = []
+        for choice in itertools.product([None, *choosable], repeat=len(self.layouts.axes)):
+            assignment: list[Axes] = [()] * rule.num_factors
+            ok = True
+            for axis, factor in zip(self.layouts.axes, choice):
+                if factor is None:
+                    continue
+                axes = assignment[factor] + (axis,)
+                if rule.factor_sizes[factor] % _product(axis_size, axes):
+                    ok = False
+                    break
+                assignment[factor] = axes
+            if not ok:
+                continue
+            assignment = tuple(assignment)
+            free = tuple(a for a, f in zip(self.layouts.axes, choice) if f is None)
+            splits_sum = rule.reduction == "sum" and any(
+                assignment[f] for f, k in enumerate(rule.factor_kinds)
+                if k is FactorKind.REDUCTION)
+            for finish in ((False, True) if splits_sum else (False,)):
+                strategy = self._build(rule, assignment, finish=finish)
+                if strategy is not None:
+                    strategies.append(strategy)
+            if rule.unreduced is not UnreducedFlow.NONE and free and not splits_sum:
+                carriers = ([None] if rule.unreduced is UnreducedFlow.JOINT
+                            else list(rule.linear_operands))
+                for size in range(1, len(free) + 1):
+                    for carried in itertools.combinations(free, size):
+                        for carrier in carriers:
+                            strategy = self._build(rule, assignment, carried, carrier)
+                            if strategy is not None:
+                                strategies.append(strategy)
+        if _is_contraction(rule):
+            # Alpa's rule: a contraction is never computed twice; keep the
+            # strategies that split its iteration space the most.
+            def split(s: Strategy) -> int:
+                return _product(axis_size, {a for layout in (*s.operands, *s.results)
+                                            if layout is not None
+                                            for d in layout.dim_axes for a in d})
+            best = max(map(split, strategies), default=1)
+            strategies = [s for s in strategies if split(s) == best and not any(
+                layout.unreduced for layout in s.operands if layout is not None)]
+        if not strategies:
+            strategies = [self._build(rule, (((),) * rule.num_factors))]
+        self._anchors[rule] = strategies
+        return strategies
+
+    def follow(self, rule: OpRule, leader: int, layout: Sharding) -> Strategy:
+        """The strategy of a follower whose operand `leader` is laid out as `layout`."""
+        key = (rule, leader, layout)
+        found = self._followed.get(key)
+        if found is not None:
+            return found
+        assignment: list[Axes] = [()] * rule.num_factors
+        used: set[str] = set()
+        for dim, factors in enumerate(rule.operands[leader]):
+            axes = layout.dim_axes[dim] if dim < len(layout.dim_axes) else ()
+            if not axes or not factors:
+                continue
+            for factor, factor_axes in project_axes(axes, factors, rule.factor_sizes,
+                                                    self.layouts.axis_size):
+                if rule.factor_kinds[factor] is not FactorKind.PASS_THROUGH:
+                    continue
+                if rule.factor_sizes[factor] % _product(self.layouts.axis_size, factor_axes):
+                    continue
+                kept = tuple(a for a in factor_axes if a not in used)
+                used.update(kept)
+                assignment[factor] = kept
+        carried: Axes = ()
+        carrier = None
+        if layout.unreduced and layout.reduction == "sum" and \
+                rule.unreduced is not UnreducedFlow.NONE and leader in rule.linear_operands:
+            carried, carrier = layout.unreduced, leader
+        strategy = None
+        if carried:
+            strategy = self._build(rule, tuple(assignment), carried, carrier)
+        if strategy is None:
+            strategy = self._build(rule, tuple(assignment))
+        if strategy is None:
+            strategy = self._build(rule, ((),) * rule.num_factors)
+        self._followed[key] = strategy
+        return strategy
+
+
+def _describe(rule: OpRule, assignment, carried: Axes, finish: bool) -> str:
+    parts = [f"f{f}({rule.factor_kinds[f].value[0].upper()},{rule.factor_sizes[f]})="
+             + ",".join(axes) for f, axes in enumerate(assignment) if axes]
+    if carried:
+        parts.append("carries partial " + ",".join(carried))
+    if finish:
+        parts.append("sums inside")
+    return "; ".join(parts) or "replicated"
+
+
+# ------------------------------------------------------------------ the search
+
+
+class _UnionFind:
+    def __init__(self, size: int):
+        self.parent = list(range(size))
+
+    def find(self, item: int) -> int:
+        parent = self.parent
+        while parent[item] != item:
+            parent[item] = parent[parent[item]]
+            item = parent[item]
+        return item
+
+    def union(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            self.parent[max(a, b)] = min(a, b)
+
+
+@dataclasses.dataclass
+class _Unit:
+    kind: str                    # "op" (an op's strategies) or "value" (a class's layouts)
+    owner: int                   # node index, or class root value
+    strategies: list             # Strategy for ops, Sharding for values
+    variable_class: int = -1     # shared with the units of its repeated copies
+
+
+def search(graph: Graph, memory_budget: float | None = None,
+           cost_model: CostModel = CostModel(), time_limit: float = 60.0,
+           cluster: bool = True) -> Plan:
+    """The cheapest layouts for `graph` within `memory_budget` bytes per device."""
+    return _Search(graph, cost_model, cluster).solve(memory_budget, time_limit)
+
+
+class _Search:
+    def __init__(self, graph: Graph, cost_model: CostModel, cluster: bool):
+        started = time.perf_counter()
+        self.graph = graph
+        self.cost_model = cost_model
+        self.layouts = _Layouts(graph.mesh)
+        self._costs: dict[tuple, float] = {}
+        self._scaled_strategies: dict[tuple, Strategy] = {}
+        self.strategies = _Strategies(self.layouts, self._rule_tensor_cost)
+        n_values = len(graph.shapes)
+        self.nbytes = [math.prod(s) * b for s, b in zip(graph.shapes, graph.element_bytes)]
+        # Value classes: tied values share one layout.
+        classes = _UnionFind(n_values)
+        self.follower_nodes = []
+        for node in graph.nodes:
+            if node.is_tie and node.directions != "none" and node.operands[0] != NO_VALUE \
+                    and node.results[0] != NO_VALUE:
+                classes.union(node.operands[0], node.results[0])
+        for a, b in graph.carried:
+            classes.union(a, b)
+        self.root = [classes.find(v) for v in range(n_values)]
+        self.class_size = collections.Counter(self.root)
+        producers: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+        self.consumers: list[list[tuple[int, int]]] = [[] for _ in range(n_values)]
+        self.real_nodes = [i for i, node in enumerate(graph.nodes)
+                           if not (node.is_tie and node.directions != "none")]
+        for index in self.real_nodes:
+            node = graph.nodes[index]
+            for position, value in enumerate(node.results):
+                if value != NO_VALUE:
+                    producers[self.root[value]].append((index, position))
+            for position, value in enumerate(node.operands):
+                if value != NO_VALUE:
+                    self.consumers[value].append((index, position))
+        arguments = {self.root[v] for v in graph.arguments}
+        pinned_roots: dict[int, Sharding] = {}
+        for value, sharding in graph.pins.items():
+            pinned_roots.setdefault(self.root[value], sharding)
+        self.pinned_roots = pinned_roots
+        self.class_open = {self.root[v]: dims for v, dims in graph.open_dims.items()}
+        self.producers = producers
+
+        # Units, in program order: a class with no single producer first.
+        self.units: list[_Unit] = []
+        self.unit_of_class: dict[int, int] = {}
+        self.unit_of_node: dict[int, int] = {}
+        self.node_strategy: dict[int, list[Strategy]] = {}   # per node, indexed by its unit's
+        self.free_sources: dict[int, tuple[int, int]] = {}   # value -> its one (node, position)
+        self.leader: dict[int, int] = {}                     # follower node -> operand position
+        for root in sorted({self.root[v] for v in range(n_values)}):
+            if root in arguments or len(producers.get(root, ())) != 1:
+                self.unit_of_class[root] = self._add_unit("value", root, self._class_layouts(root))
+        for index in self.real_nodes:
+            self._add_node(index)
+        self.build_seconds = time.perf_counter() - started
+        self.variable_classes = self._cluster() if cluster else list(range(len(self.units)))
+
+    # --------------------------------------------------------------- build
+
+    def _add_unit(self, kind: str, owner: int, strategies: list) -> int:
+        self.units.append(_Unit(kind, owner, strategies))
+        return len(self.units) - 1
+
+    def _class_layouts(self, root: int) -> list[Sharding]:
+        shape = self.graph.shapes[root]
+        pin = self.pinned_roots.get(root)
+        if pin is None:
+            return self.layouts.all_for(shape)
+        open_dims = self.class_open.get(root, frozenset())
+        if not open_dims:
+            return [self.layouts.get(pin.dim_axes)]
+        return [layout for layout in self.layouts.all_for(shape)
+                if all(layout.dim_axes[d] == pin.dim_axes[d] for d in range(len(shape))
+                       if d not in open_dims)
+                and all(layout.dim_axes[d][:len(pin.dim_axes[d])] == pin.dim_axes[d]
+                        for d in open_dims)] or [self.layouts.get(pin.dim_axes)]
+
+    def value_layouts(self, value: int) -> tuple[int, list[Sharding]] | None:
+        """(unit, layout per strategy of that unit) of `value`, once known."""
+        root = self.root[value]
+        unit = self.unit_of_class.get(root)
+        if unit is not None and self.units[unit].kind == "value":
+            return unit, self.units[unit].strategies
+        found = self.producers.get(root)
+        if not found:
+            return None
+        node, position = found[0]
+        strategies = self.node_strategy.get(node)
+        if strategies is None:
+            return None
+        return self.unit_of_node[node], [s.results[position] for s in strategies]
+
+    def _add_node(self, index: int) -> None:
+        node = self.graph.nodes[index]
+        rule = node.rule
+        tensors = [(p, v) for p, v in enumerate(node.operands)
+                   if v != NO_VALUE and self.graph.shapes[v]]
+        results = [v for v in node.results if v != NO_VALUE]
+        if not tensors and len(results) == 1 and self.class_size[self.root[results[0]]] == 1 \
+                and len(self.consumers[results[0]]) == 1 \
+                and results[0] not in self.pinned_roots:
+            # Built from scalars only (a broadcast constant): it takes the
+            # layout its one consumer reads it in, for free.
+            self.free_sources[results[0]] = self.consumers[results[0]][0]
+            self.unit_of_node[index] = -1
+            return
+        has_reduction = any(k is FactorKind.REDUCTION for k in rule.factor_kinds)
+        leader = None
+        if not has_reduction and not node.is_broadcast:
+            known = [(self.nbytes[v], -p, p) for p, v in tensors
+                     if v not in self.free_sources and self.value_layouts(v) is not None]
+            if known:
+                leader = max(known)[2]
+        if leader is None:
+            strategies = self.strategies.anchor(rule)
+            unit = self._add_unit("op", index, strategies)
+        else:
+            unit, leader_layouts = self.value_layouts(node.operands[leader])
+            strategies = [self.strategies.follow(rule, leader, layout) for layout in leader_layouts]
+            self.leader[index] = leader
+        scale = self.graph.element_bytes[results[0]] if results else 1
+        strategies = [self._pinned_results(node, self._scaled(s, scale)) for s in strategies]
+        self.unit_of_node[index] = unit
+        self.node_strategy[index] = strategies
+        if leader is None:
+            self.units[unit].strategies = strategies
+
+    def _scaled(self, strategy: Strategy, element_bytes: int) -> Strategy:
+        """A rule's strategy costs a sum per byte of element (`_rule_tensor_cost`)."""
+        if not strategy.cost or element_bytes == 1:
+            return strategy
+        key = (id(strategy), element_bytes)
+        found = self._scaled_strategies.get(key)
+        if found is None:
+            found = self._scaled_strategies[key] = dataclasses.replace(
+                strategy, cost=strategy.cost * element_bytes)
+        return found
+
+    def _pinned_results(self, node: Node, strategy: Strategy) -> Strategy:
+        """A result whose class is pinned is written in the pinned layout (a reshard if need be)."""
+        extra = 0.0
+        results = list(strategy.results)
+        for position, value in enumerate(node.results):
+            if value == NO_VALUE or results[position] is None:
+                continue
+            pin = self.pinned_roots.get(self.root[value])
+            if pin is None or self.root[value] in self.unit_of_class:
+                continue
+            target = self.layouts.get(pin.dim_axes, pin.unreduced, pin.reduction)
+            if results[position] != target:
+                extra += self.cost(results[position], target, value)
+                results[position] = target
+        if not extra and results == list(strategy.results):
+            return strategy
+        return dataclasses.replace(strategy, results=tuple(results), cost=strategy.cost + extra)
+
+    def cost(self, source: Sharding, target: Sharding, value: int) -> float:
+        if source is target:   # layouts are interned (`_Layouts.get`)
+            return 0.0
+        return self._price(source, target, self.graph.shapes[value],
+                           self.graph.element_bytes[value])
+
+    def _price(self, source: Sharding, target: Sharding, shape, element_bytes: int) -> float:
+        key = (id(source), id(target), shape, element_bytes)
+        found = self._costs.get(key)
+        if found is None:
+            try:
+                found = self.cost_model.price(plan(source, target, shape, element_bytes))
+            except ReshardError:
+                found = math.inf
+            self._costs[key] = found
+        return found
+
+    def _rule_tensor_cost(self, source: Sharding, target: Sharding, tensor, rule: OpRule) -> float:
+        # A result's shape from its factors (the rule is all a strategy knows);
+        # its element size is the node's, so the rule's cost is per byte of
+        # element and `_add_node` scales it.
+        shape = tuple(math.prod(rule.factor_sizes[f] for f in dim) for dim in tensor)
+        return self._price(source, target, shape, 1)
+
+    # ------------------------------------------------------------ clusters
+
+    def _cluster(self) -> list[int]:
+        """Variable class per unit: units that look alike from WL_ROUNDS hops share."""
+        graph = self.graph
+        nodes = graph.nodes
+        value_label = [hash((s, b, self.pinned_roots.get(self.root[v])))
+                       for v, (s, b) in enumerate(zip(graph.shapes, graph.element_bytes))]
+        rule_hashes: dict[int, int] = {}   # rules are shared objects: hash each once
+        node_label = [hash((n.label, rule_hashes.setdefault(id(n.rule), hash(n.rule)), n.is_tie))
+                      for n in nodes]
+        producers_of = [[] for _ in graph.shapes]
+        for index, node in enumerate(nodes):
+            for position, value in enumerate(node.results):
+                if value != NO_VALUE:
+                    producers_of[value].append((index, position))
+        for _ in range(WL_ROUNDS):
+            new_nodes = [hash((node_label[i],
+                               tuple(value_label[v] if v != NO_VALUE else 0 for v in n.operands),
+                               tuple(value_label[v] if v != NO_VALUE else 0 for v in n.results)))
+                         for i, n in enumerate(nodes)]
+            new_values = [hash((value_label[v],
+                                tuple(sorted((node_label[i], p) for i, p in producers_of[v])),
+                                tuple(sorted((node_label[i], p) for i, p in self.consumers[v]))))
+                          for v in range(len(graph.shapes))]
+            node_label, value_label = new_nodes, new_values
+        members: dict[int, list[int]] = collections.defaultdict(list)
+        for root in range(len(graph.shapes)):
+            members[self.root[root]].append(root)
+        classes: dict[tuple, int] = {}
+        result = []
+        for index, unit in enumerate(self.units):
+            if unit.kind == "op":
+                key = ("op", node_label[unit.owner], len(unit.strategies))
+            else:
+                key = ("value", tuple(sorted(value_label[v] for v in members[unit.owner])),
+                       len(unit.strategies))
+            result.append(classes.setdefault(key, len(classes)))
+        return result
+
+    # --------------------------------------------------------------- solve
+
+    def _edges(self):
+        """Linear terms per unit and cost blocks between unit classes."""
+        linear = [np.zeros(len(u.strategies)) for u in self.units]
+        blocks: dict[tuple[int, int], np.ndarray] = {}
+        classes = self.variable_classes
+        matrices: dict[tuple, np.ndarray] = {}   # repeated layers repeat their edges
+
+        def add_pair(unit_a: int, layouts_a: list, unit_b: int, layouts_b: list, value: int):
+            # cost[s, t] of unit_a's strategy s giving `value` in layouts_a[s] and
+            # unit_b's strategy t reading it in layouts_b[t]
+            rows = _distinct(layouts_a)
+            cols = _distinct(layouts_b)
+            key = (tuple(map(id, rows[0])), tuple(map(id, cols[0])), self.graph.shapes[value],
+                   self.graph.element_bytes[value])
+            small = matrices.get(key)
+            if small is None:
+                small = matrices[key] = np.array(
+                    [[self.cost(a, b, value) if a is not None and b is not None else 0.0
+                      for b in cols[0]] for a in rows[0]])
+            if unit_a == unit_b or classes[unit_a] == classes[unit_b]:
+                if unit_a == unit_b or len(layouts_a) == len(layouts_b):
+                    diagonal = small[rows[1], cols[1]]
+                    linear[unit_a] += diagonal
+                    return
+            matrix = small[np.ix_(rows[1], cols[1])]
+            key = (classes[unit_a], classes[unit_b])
+            if key in blocks:
+                blocks[key] = blocks[key] + matrix
+            else:
+                blocks[key] = matrix
+
+        for index in self.real_nodes:
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0:
+                continue
+            node = self.graph.nodes[index]
+            strategies = self.node_strategy[index]
+            linear[unit] += np.array([s.cost for s in strategies])
+            for position, value in enumerate(node.operands):
+                if value == NO_VALUE or value in self.free_sources:
+                    continue
+                found = self.value_layouts(value)
+                if found is None:
+                    continue
+                source_unit, source_layouts = found
+                add_pair(source_unit, source_layouts, unit,
+                         [s.operands[position] for s in strategies], value)
+        # Producers into classes that are units of their own.
+        for root, unit in self.unit_of_class.items():
+            for node, position in self.producers.get(root, ()):
+                producer_unit = self.unit_of_node.get(node, -1)
+                if producer_unit < 0:
+                    continue
+                value = self.graph.nodes[node].results[position]
+                add_pair(producer_unit, [s.results[position] for s in self.node_strategy[node]],
+                         unit, self.units[unit].strategies, value)
+        return linear, blocks
+
+    def _memory_terms(self):
+        """Per value: (unit, bytes per device per strategy), and its live range."""
+        graph = self.graph
+        end = len(graph.nodes)
+        born = [0] * len(graph.shapes)
+        last = [0] * len(graph.shapes)
+        for index, node in enumerate(graph.nodes):
+            for value in node.results:
+                if value != NO_VALUE and not born[value]:
+                    born[value] = index
+            for value in node.operands:
+                if value != NO_VALUE:
+                    last[value] = max(last[value], index)
+        for value in (*graph.outputs, *graph.arguments):
+            last[value] = end
+        for value in graph.arguments:
+            born[value] = 0
+        terms = []
+        for value in range(len(graph.shapes)):
+            found = self._layouts_of(value)
+            if found is None:
+                continue
+            unit, layouts = found
+            per_device = np.array([self.nbytes[value] / _shards(self.layouts, l) for l in layouts])
+            terms.append((value, unit, per_device, born[value], max(last[value], born[value])))
+        return terms
+
+    def solve(self, memory_budget: float | None, time_limit: float) -> Plan:
+        started = time.perf_counter()
+        linear, blocks = self._edges()
+        memory = self._memory_terms()
+        problem = _Milp(self.units, self.variable_classes, linear, blocks)
+        cuts: list[int] = []
+        points = sorted({t for *_, b, l in memory for t in (b, l)})
+        choice = None
+        for _round in range(12):
+            rows = [self._memory_row(memory, t) for t in cuts]
+            choice = problem.solve(rows, memory_budget, time_limit)
+            if choice is None:
+                smallest = self._smallest_peak(problem, memory, points, cuts, time_limit)
+                raise InfeasibleBudget(
+                    f"no plan fits a memory budget of {_format_bytes(memory_budget)} per device; "
+                    f"the smallest budget found feasible is {_format_bytes(smallest)} "
+                    f"({int(math.ceil(smallest))} bytes)", smallest)
+            peak, at = self._peak(memory, choice[0], points)
+            if memory_budget is None or peak <= memory_budget * (1 + 1e-9) or at in cuts:
+                break
+            cuts.append(at)
+        strategies, objective = choice
+        peak, _ = self._peak(memory, strategies, points)
+        layouts, why = self._write(strategies)
+        solve_seconds = time.perf_counter() - started
+        return Plan(layouts, why, objective, peak, solve_seconds, self.build_seconds,
+                    problem.variables, problem.constraints, len(self.units),
+                    len(set(self.variable_classes)))
+
+    def _smallest_peak(self, problem: "_Milp", memory, points, cuts: list[int],
+                       time_limit: float) -> float:
+        """The least peak memory of any plan, by the same cutting planes:
+        minimize the peak over the cut points, measure the plan everywhere,
+        cut where it overflows, until the measured peak is the minimized one."""
+        cuts = list(cuts)
+        best = math.inf
+        for _round in range(12):
+            rows = [self._memory_row(memory, t) for t in cuts]
+            strategies, bound = problem.solve(rows, None, time_limit, minimize_peak=True)
+            peak, at = self._peak(memory, strategies, points)
+            best = min(best, peak)
+            if peak <= bound * (1 + 1e-9) or at in cuts:
+                break
+            cuts.append(at)
+        return best
+
+    def _layouts_of(self, value: int) -> tuple[int, list[Sharding]] | None:
+        """`value_layouts`, and for a value built from scalars its consumer's reading."""
+        reader = self.free_sources.get(value)
+        if reader is None:
+            return self.value_layouts(value)
+        node, position = reader
+        unit = self.unit_of_node.get(node, -1)
+        if unit < 0:
+            return None
+        return unit, [s.operands[position] for s in self.node_strategy[node]]
+
+    def _memory_row(self, memory, point: int) -> dict[int, np.ndarray]:
+        row: dict[int, np.ndarray] = {}
+        for _value, unit, per_device, born, last in memory:
+            if born <= point <= last:
+                row[unit] = row.get(unit, 0) + per_device
+        return row
+
+    def _peak(self, memory, strategies: list[int], points: list[int]) -> tuple[float, int]:
+        delta = collections.defaultdict(float)
+        for _value, unit, per_device, born, last in memory:
+            size = per_device[strategies[unit]]
+            delta[born] += size
+            delta[last + 1] -= size
+        live, peak, at = 0.0, 0.0, 0
+        for point in sorted(delta):
+            live += delta[point]
+            if live > peak:
+                peak, at = live, point
+        return peak, at
+
+    def _write(self, strategies: list[int]):
+        graph = self.graph
+        layouts: list[Sharding | None] = [None] * len(graph.shapes)
+        why = [""] * len(graph.shapes)
+        sharing = collections.Counter(self.variable_classes)
+        for value in range(len(graph.shapes)):
+            if value in self.free_sources:
+                continue
+            found = self.value_layouts(value)
+            if found is None:
+                continue
+            unit, options = found
+            layouts[value] = options[strategies[unit]]
+            owner = self.units[unit]
+            shared = sharing[self.variable_classes[unit]]
+            repeat = f", one choice for {shared} repeated copies" if shared > 1 else ""
+            if self.root[value] in self.pinned_roots and len(owner.strategies) == 1:
+                why[value] = "annotated (a hard constraint)"
+            elif owner.kind == "value":
+                why[value] = (f"searched: one of {len(owner.strategies)} layouts of its "
+                              f"class{repeat}")
+            else:
+                op = graph.nodes[owner.owner]
+                strategy = self.node_strategy[owner.owner][strategies[unit]]
+                why[value] = (f"searched: {op.label} strategy [{strategy.label}], one of "
+                              f"{len(owner.strategies)}{repeat}")
+        for index in self.real_nodes:
+            if index in self.leader and self.unit_of_node.get(index, -1) >= 0:
+                node = graph.nodes[index]
+                leader = node.operands[self.leader[index]]
+                for value in node.results:
+                    if value != NO_VALUE and self.root[value] == value and \
+                            not why[value].startswith("annotated"):
+                        why[value] = f"follows its operand #{self.leader[index]} through " \
+                                     f"{node.label}: " + why[leader]
+        for value, (node_index, position) in self.free_sources.items():
+            unit = self.unit_of_node.get(node_index, -1)
+            if unit >= 0:
+                layouts[value] = self.node_strategy[node_index][strategies[unit]].operands[position]
+            else:
+                layouts[value] = self.layouts.get(((),) * len(graph.shapes[value]))
+            why[value] = "built from scalars: laid out as its one consumer reads it"
+        return layouts, why
+
+
+def _distinct(items: list, key=id) -> tuple[list, list[int]]:
+    """The distinct items (by `key`; layouts are interned, so by identity)
+    and each item's position among them."""
+    index: dict = {}
+    found = []
+    positions = []
+    for item in items:
+        k = key(item)
+        position = index.get(k)
+        if position is None:
+            position = index[k] = len(found)
+            found.append(item)
+        positions.append(position)
+    return found, positions
+
+
+def _shards(layouts: _Layouts, layout: Sharding | None) -> int:
+    if layout is None:
+        return 1
+    return _product(layouts.axis_size, (a for d in layout.dim_axes for a in d))
+
+
+def _format_bytes(size: float | None) -> str:
+    if size is None:
+        return "unlimited"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1024
+    return f"{size}"
+
+
+class _Milp:
+    """The 0-1 program over variable classes, for scipy's HiGHS."""
+
+    BIG = 1e30
+
+    def __init__(self, units: list[_Unit], classes: list[int], linear, blocks):
+        self.class_size: dict[int, int] = {}
+        for unit, cls in zip(units, classes):
+            self.class_size.setdefault(cls, len(unit.strategies))
+        offsets = {}
+        count = 0
+        for cls in sorted(self.class_size):
+            offsets[cls] = count
+            count += self.class_size[cls]
+        self.offsets = offsets
+        self.n_choice = count
+        objective = np.zeros(count)
+        upper = np.ones(count)
+        for unit, cls in zip(range(len(units)), classes):
+            terms = linear[unit]
+            start = offsets[cls]
+            objective[start:start + len(terms)] += np.where(np.isfinite(terms), terms, 0)
+            upper[start:start + len(terms)][~np.isfinite(terms)] = 0
+        self.rows: list[tuple[list[int], list[float], float, float]] = []
+        for cls in sorted(self.class_size):
+            start = offsets[cls]
+            size = self.class_size[cls]
+            self.rows.append((list(range(start, start + size)), [1.0] * size, 1.0, 1.0))
+        pair_costs = []
+        pair_upper = []
+        for (a, b), matrix in blocks.items():
+            if not matrix.any() and np.isfinite(matrix).all():
+                continue
+            row_groups = _distinct([tuple(r) for r in matrix], key=lambda r: r)
+            col_groups = _distinct([tuple(c) for c in matrix.T], key=lambda c: c)
+            small = matrix[np.ix_([row_groups[1].index(i) for i in range(len(row_groups[0]))],
+                                  [col_groups[1].index(j) for j in range(len(col_groups[0]))])]
+            base = count + len(pair_costs)
+            n_rows, n_cols = small.shape
+            for i in range(n_rows):
+                for j in range(n_cols):
+                    finite = math.isfinite(small[i, j])
+                    pair_costs.append(small[i, j] if finite else 0.0)
+                    pair_upper.append(1.0 if finite else 0.0)
+            for i in range(n_rows):
+                members = [offsets[a] + s for s, g in enumerate(row_groups[1]) if g == i]
+                self.rows.append(([base + i * n_cols + j for j in range(n_cols)] + members,
+                                  [1.0] * n_cols + [-1.0] * len(members), 0.0, 0.0))
+            for j in range(n_cols):
+                members = [offsets[b] + t for t, g in enumerate(col_groups[1]) if g == j]
+                self.rows.append(([base + i * n_cols + j for i in range(n_rows)] + members,
+                                  [1.0] * n_rows + [-1.0] * len(members), 0.0, 0.0))
+        self.objective = np.concatenate([objective, np.array(pair_costs)])
+        self.upper = np.concatenate([upper, np.array(pair_upper)])
+        self.variables = len(self.objective)
+        self.constraints = len(self.rows)
+        self.classes = classes
+
+    def solve(self, memory_rows, budget, time_limit, minimize_peak: bool = False):
+        from scipy import sparse
+        from scipy.optimize import Bounds, LinearConstraint, milp
+
+        rows = list(self.rows)
+        n = self.variables + (1 if minimize_peak else 0)
+        for row in memory_rows if (budget is not None or minimize_peak) else ():
+            columns: dict[int, float] = collections.defaultdict(float)
+            for unit, per_device in row.items():
+                start = self.offsets[self.classes[unit]]
+                for s, size in enumerate(per_device):
+                    columns[start + s] += size
+            if minimize_peak:
+                columns[n - 1] = -1.0
+                rows.append((list(columns), list(columns.values()), -np.inf, 0.0))
+            else:
+                rows.append((list(columns), list(columns.values()), -np.inf, budget))
+        data, row_ids, col_ids, lower, upper = [], [], [], [], []
+        for r, (cols, values, lo, hi) in enumerate(rows):
+            col_ids.extend(cols)
+            data.extend(values)
+            row_ids.extend([r] * len(cols))
+            lower.append(lo)
+            upper.append(hi)
+        matrix = sparse.csr_array((data, (row_ids, col_ids)), shape=(len(rows), n))
+        if minimize_peak:
+            objective = np.zeros(n)
+            objective[-1] = 1.0
+            bounds = Bounds(np.zeros(n), np.concatenate([self.upper, [np.inf]]))
+        else:
+            objective = self.objective
+            bounds = Bounds(np.zeros(n), self.upper)
+        integrality = np.zeros(n)
+        integrality[:self.n_choice] = 1
+        result = milp(objective, constraints=LinearConstraint(matrix, lower, upper),
+                      integrality=integrality, bounds=bounds,
+                      options={"time_limit": time_limit, "mip_rel_gap": 1e-4})
+        if result.x is None:
+            return None
+        chosen = {}
+        for cls, start in self.offsets.items():
+            values = result.x[start:start + self.class_size[cls]]
+            chosen[cls] = int(np.argmax(values))
+        strategies = [chosen[cls] for cls in self.classes]
+        if minimize_peak:
+            return strategies, float(result.x[-1])
+        return strategies, float(result.fun)
