@@ -144,6 +144,7 @@ class Plan:
     constraints: int
     units: int
     unit_classes: int
+    cost_in_seconds: bool = False
 
 
 # ------------------------------------------------------------------ strategies
@@ -155,6 +156,9 @@ class Strategy:
     results: tuple[Sharding | None, ...]    # the layout each result is written in
     cost: float                             # communication inside the op
     label: str
+    # Per result: the Partial layout it is written in when its class (the
+    # values it is tied to) holds the sum; the sum is made at the boundary.
+    unsummed: tuple[Sharding | None, ...] = ()
 
 
 class _Layouts:
@@ -547,22 +551,38 @@ class _Search:
         return found
 
     def _pinned_results(self, node: Node, strategy: Strategy) -> Strategy:
-        """A result whose class is pinned is written in the pinned layout (a reshard if need be)."""
+        """A result whose class is pinned is written in the pinned layout (a
+        reshard if need be); one tied to other values (a function result, a
+        call's operand) is summed: a Partial never crosses a boundary."""
         extra = 0.0
         results = list(strategy.results)
+        unsummed: list[Sharding | None] = [None] * len(results)
         for position, value in enumerate(node.results):
             if value == NO_VALUE or results[position] is None:
                 continue
+            if results[position].unreduced and self.class_size[self.root[value]] > 1:
+                summed = self.layouts.get(results[position].dim_axes)
+                extra += self.cost(results[position], summed, value)
+                unsummed[position] = results[position]
+                results[position] = summed
             pin = self.pinned_roots.get(self.root[value])
             if pin is None or self.root[value] in self.unit_of_class:
                 continue
             target = self.layouts.get(pin.dim_axes, pin.unreduced, pin.reduction)
-            if results[position] != target:
-                extra += self.cost(results[position], target, value)
+            move = self.cost(results[position], target, value)
+            if math.isinf(move):
+                # A Partial pinned where this strategy leaves none: the
+                # annotation stays in the module (the partitioner honours
+                # it); the search plans with its summed layout.
+                target = self.layouts.get(pin.dim_axes)
+                move = self.cost(results[position], target, value)
+            if results[position] is not target:
+                extra += move
                 results[position] = target
-        if not extra and results == list(strategy.results):
+        if not extra and results == list(strategy.results) and not any(unsummed):
             return strategy
-        return dataclasses.replace(strategy, results=tuple(results), cost=strategy.cost + extra)
+        return dataclasses.replace(strategy, results=tuple(results), cost=strategy.cost + extra,
+                                   unsummed=tuple(unsummed))
 
     def cost(self, source: Sharding, target: Sharding, value: int) -> float:
         if source is target:   # layouts are interned (`_Layouts.get`)
@@ -689,31 +709,76 @@ class _Search:
         return linear, blocks
 
     def _memory_terms(self):
-        """Per value: (unit, bytes per device per strategy), and its live range."""
+        """Per value class: (unit, bytes per device per strategy, born, last use).
+
+        A class is one buffer (a function result and the value returned, a
+        call's operand and the callee's argument), live from its first
+        definition to its last use in program order; arguments and results
+        live throughout, as XLA's memory analysis counts them.  A value XLA
+        fuses into its one consumer (an element-wise op or a broadcast read
+        by anything but a contraction) is never a buffer of its own.
+        """
         graph = self.graph
         end = len(graph.nodes)
-        born = [0] * len(graph.shapes)
-        last = [0] * len(graph.shapes)
+        born: dict[int, int] = {}
+        last: dict[int, int] = {}
+        producer_of: dict[int, int] = {}
         for index, node in enumerate(graph.nodes):
             for value in node.results:
-                if value != NO_VALUE and not born[value]:
-                    born[value] = index
+                if value != NO_VALUE:
+                    root = self.root[value]
+                    born.setdefault(root, index)
+                    producer_of.setdefault(value, index)
             for value in node.operands:
                 if value != NO_VALUE:
-                    last[value] = max(last[value], index)
+                    root = self.root[value]
+                    last[root] = max(last.get(root, 0), index)
         for value in (*graph.outputs, *graph.arguments):
-            last[value] = end
+            last[self.root[value]] = end
         for value in graph.arguments:
-            born[value] = 0
+            born[self.root[value]] = 0
+        # A read in another layout than the value's is a copy; reads of one
+        # value in one layout share it (CSE), from the first to the last.
+        self.reads: dict[int, list] = collections.defaultdict(list)   # value -> reads
+        self.read_sources: dict[int, tuple] = {}
+        for index in self.real_nodes:
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0:
+                continue
+            for position, value in enumerate(graph.nodes[index].operands):
+                if value == NO_VALUE or value in self.free_sources:
+                    continue
+                found = self.value_layouts(value)
+                if found is None:
+                    continue
+                wanted = [s.operands[position] for s in self.node_strategy[index]]
+                sizes = np.array([self.nbytes[value] / _shards(self.layouts, l) for l in wanted])
+                self.reads[value].append((index, unit, wanted, sizes))
+                self.read_sources[value] = found
         terms = []
-        for value in range(len(graph.shapes)):
-            found = self._layouts_of(value)
+        for root in sorted(set(self.root)):
+            if self._fused(root, producer_of):
+                continue
+            found = self._layouts_of(root)
             if found is None:
                 continue
             unit, layouts = found
-            per_device = np.array([self.nbytes[value] / _shards(self.layouts, l) for l in layouts])
-            terms.append((value, unit, per_device, born[value], max(last[value], born[value])))
+            per_device = np.array([self.nbytes[root] / _shards(self.layouts, l) for l in layouts])
+            start = born.get(root, 0)
+            terms.append((root, unit, per_device, start, max(last.get(root, start), start)))
         return terms
+
+    def _fused(self, value: int, producer_of: dict[int, int]) -> bool:
+        if self.class_size[value] != 1 or len(self.consumers[value]) != 1:
+            return False
+        producer = producer_of.get(value)
+        if producer is None:
+            return False
+        node = self.graph.nodes[producer]
+        if not (node.rule.elementwise or node.is_broadcast or value in self.free_sources):
+            return False
+        consumer = self.graph.nodes[self.consumers[value][0][0]]
+        return not _is_contraction(consumer.rule)
 
     def solve(self, memory_budget: float | None, time_limit: float) -> Plan:
         started = time.perf_counter()
@@ -723,26 +788,31 @@ class _Search:
         cuts: list[int] = []
         points = sorted({t for *_, b, l in memory for t in (b, l)})
         choice = None
+        reference = None
         for _round in range(12):
-            rows = [self._memory_row(memory, t) for t in cuts]
+            rows = [self._memory_row(memory, t, reference) for t in cuts]
             choice = problem.solve(rows, memory_budget, time_limit)
             if choice is None:
                 smallest = self._smallest_peak(problem, memory, points, cuts, time_limit)
                 raise InfeasibleBudget(
-                    f"no plan fits a memory budget of {_format_bytes(memory_budget)} per device; "
-                    f"the smallest budget found feasible is {_format_bytes(smallest)} "
+                    f"no plan fits a memory budget of {format_bytes(memory_budget)} per device; "
+                    f"the smallest budget found feasible is {format_bytes(smallest)} "
                     f"({int(math.ceil(smallest))} bytes)", smallest)
             peak, at = self._peak(memory, choice[0], points)
-            if memory_budget is None or peak <= memory_budget * (1 + 1e-9) or at in cuts:
+            if memory_budget is None or peak <= memory_budget * (1 + 1e-9):
                 break
-            cuts.append(at)
+            if at in cuts and reference == choice[0]:
+                break
+            reference = choice[0]
+            if at not in cuts:
+                cuts.append(at)
         strategies, objective = choice
         peak, _ = self._peak(memory, strategies, points)
         layouts, why = self._write(strategies)
         solve_seconds = time.perf_counter() - started
         return Plan(layouts, why, objective, peak, solve_seconds, self.build_seconds,
                     problem.variables, problem.constraints, len(self.units),
-                    len(set(self.variable_classes)))
+                    len(set(self.variable_classes)), bool(self.cost_model.bandwidths))
 
     def _smallest_peak(self, problem: "_Milp", memory, points, cuts: list[int],
                        time_limit: float) -> float:
@@ -751,14 +821,17 @@ class _Search:
         cut where it overflows, until the measured peak is the minimized one."""
         cuts = list(cuts)
         best = math.inf
+        reference = None
         for _round in range(12):
-            rows = [self._memory_row(memory, t) for t in cuts]
+            rows = [self._memory_row(memory, t, reference) for t in cuts]
             strategies, bound = problem.solve(rows, None, time_limit, minimize_peak=True)
             peak, at = self._peak(memory, strategies, points)
             best = min(best, peak)
-            if peak <= bound * (1 + 1e-9) or at in cuts:
+            if peak <= bound * (1 + 1e-9) or (at in cuts and reference == strategies):
                 break
-            cuts.append(at)
+            reference = strategies
+            if at not in cuts:
+                cuts.append(at)
         return best
 
     def _layouts_of(self, value: int) -> tuple[int, list[Sharding]] | None:
@@ -772,12 +845,44 @@ class _Search:
             return None
         return unit, [s.operands[position] for s in self.node_strategy[node]]
 
-    def _memory_row(self, memory, point: int) -> dict[int, np.ndarray]:
+    def _memory_row(self, memory, point: int, reference: list[int] | None) -> dict:
+        """Bytes live at `point`, linear in the units' variables.  The copies
+        made for reads are charged as if each value kept its layout from
+        the `reference` plan (the previous round's): exact linear terms
+        would need a variable per pair of layouts."""
         row: dict[int, np.ndarray] = {}
         for _value, unit, per_device, born, last in memory:
             if born <= point <= last:
                 row[unit] = row.get(unit, 0) + per_device
+        if reference is not None:
+            for value, (held, first, _size, start, end) in self._copies(reference):
+                if start <= point <= end:
+                    _time, unit, wanted, sizes = first
+                    copies = np.array([0.0 if w is held else size
+                                       for w, size in zip(wanted, sizes)])
+                    row[unit] = row.get(unit, 0) + copies
         return row
+
+    def _copies(self, strategies: list[int]):
+        """(value, (its layout, first read, bytes, first time, last time)) for
+        each copy of a value in another layout under the plan `strategies`."""
+        for value, reads in self.reads.items():
+            source_unit, source_layouts = self.read_sources[value]
+            held = source_layouts[strategies[source_unit]]
+            spans: dict[int, list] = {}
+            for read in reads:
+                time_, unit, wanted, sizes = read
+                layout = wanted[strategies[unit]]
+                if layout is held:
+                    continue
+                span = spans.get(id(layout))
+                if span is None:
+                    spans[id(layout)] = [held, read, sizes[strategies[unit]], time_, time_]
+                else:
+                    span[3] = min(span[3], time_)
+                    span[4] = max(span[4], time_)
+            for span in spans.values():
+                yield value, tuple(span)
 
     def _peak(self, memory, strategies: list[int], points: list[int]) -> tuple[float, int]:
         delta = collections.defaultdict(float)
@@ -785,6 +890,9 @@ class _Search:
             size = per_device[strategies[unit]]
             delta[born] += size
             delta[last + 1] -= size
+        for _value, (_held, _first, size, start, end) in self._copies(strategies):
+            delta[start] += size
+            delta[end + 1] -= size
         live, peak, at = 0.0, 0.0, 0
         for point in sorted(delta):
             live += delta[point]
@@ -827,6 +935,14 @@ class _Search:
                             not why[value].startswith("annotated"):
                         why[value] = f"follows its operand #{self.leader[index]} through " \
                                      f"{node.label}: " + why[leader]
+        for index in self.real_nodes:
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0:
+                continue
+            strategy = self.node_strategy[index][strategies[unit]]
+            for value, partial in zip(graph.nodes[index].results, strategy.unsummed):
+                if partial is not None:
+                    layouts[value] = partial   # summed where it crosses into its tied values
         for value, (node_index, position) in self.free_sources.items():
             unit = self.unit_of_node.get(node_index, -1)
             if unit >= 0:
@@ -859,7 +975,7 @@ def _shards(layouts: _Layouts, layout: Sharding | None) -> int:
     return _product(layouts.axis_size, (a for d in layout.dim_axes for a in d))
 
 
-def _format_bytes(size: float | None) -> str:
+def format_bytes(size: float | None) -> str:
     if size is None:
         return "unlimited"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -963,7 +1079,7 @@ class _Milp:
         integrality[:self.n_choice] = 1
         result = milp(objective, constraints=LinearConstraint(matrix, lower, upper),
                       integrality=integrality, bounds=bounds,
-                      options={"time_limit": time_limit, "mip_rel_gap": 1e-4})
+                      options={"time_limit": time_limit, "mip_rel_gap": 2e-3})
         if result.x is None:
             return None
         chosen = {}

@@ -27,8 +27,8 @@ from stablehlo_spmd import diagnostics
 from stablehlo_spmd.cli.common import fail, read_text, run_cli
 from stablehlo_spmd.cli.common import write_output
 from stablehlo_spmd.export import export_reference
-from stablehlo_spmd.ir import ParseError, make_context, parse_module
-from stablehlo_spmd.pipeline import parse_pipeline, run_pipeline
+from stablehlo_spmd.ir import ParseError, make_context, parse_module, print_module
+from stablehlo_spmd.pipeline import Pipeline, parse_pipeline, run_pipeline
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -71,6 +71,56 @@ def explain_command(input_file: str, rules: str | None) -> None:
         click.echo(str(diagnostic), err=True)
     if not ok:
         sys.exit(1)
+
+
+@cli.command("auto-shard")
+@click.argument("input_file", metavar="INPUT")
+@click.option("--mesh", default=None, metavar="AXES",
+              help="Axis sizes, e.g. data=4,model=2 (default: the module's mesh).")
+@click.option("--memory-budget", default="", metavar="BYTES",
+              help="Per-device memory, e.g. 2GiB, 512MB or a byte count (default: no limit).")
+@click.option("--bandwidth", default="", metavar="AXIS=B/S,...",
+              help="Bytes per second per axis: minimize seconds instead of bytes.")
+@click.option("--latency", type=float, default=0.0, help="Seconds per collective, with --bandwidth.")
+@click.option("--rules", default=None, metavar="RULES.toml",
+              help="Partition rules to respect as hard constraints.")
+@click.option("--explain", is_flag=True, help="Say for every op why it got its sharding.")
+@click.option("-o", "output_file", default="-", metavar="OUTPUT", help="Output file ('-' is stdout).")
+def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, bandwidth: str,
+                       latency: float, rules: str | None, explain: bool, output_file: str) -> None:
+    """Choose every value's sharding from a mesh and a memory budget.
+
+    Writes the annotated module (ready for spmd-propagate and spmd-partition)
+    and prints to stderr the chosen sharding of every argument and of the
+    largest activations, the estimated collective bytes and peak memory per
+    device, and the solve time."""
+    from stablehlo_spmd.passes.annotate import AnnotatePass
+    from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module, format_table
+
+    filename, text = read_text(input_file)
+    engine = diagnostics.DiagnosticEngine()
+    with diagnostics.collecting(engine), make_context() as context:
+        try:
+            module = parse_module(text, filename, context)
+        except ParseError as error:
+            fail([diagnostics.Diagnostic(*d) for d in error.diagnostics])
+        ok = True
+        if rules or mesh:
+            ok = run_pipeline(module, Pipeline((AnnotatePass(rules=rules or "", mesh=mesh or ""),)))
+        result = auto_shard_module(module.operation, AutoShardPass(
+            memory_budget=memory_budget, bandwidth=bandwidth, latency=latency,
+            explain=explain)) if ok and not engine.errors else None
+        output = print_module(module.operation) if result is not None else None
+    for diagnostic in engine.diagnostics:
+        if diagnostic.severity == "remark":
+            click.echo(f"{diagnostic.position or filename}: {diagnostic.message}", err=True)
+    problems = [d for d in engine.diagnostics if d.severity in ("error", "warning")]
+    for diagnostic in problems:
+        click.echo(str(diagnostic), err=True)
+    if result is None:
+        sys.exit(1)
+    click.echo(format_table(result), err=True)
+    write_output(output_file, output)
 
 
 @cli.command("demo")

@@ -38,7 +38,8 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 
 from stablehlo_spmd import diagnostics
-from stablehlo_spmd.auto_sharding import CostModel, Graph, InfeasibleBudget, Plan, search
+from stablehlo_spmd.auto_sharding import (
+    CostModel, Graph, InfeasibleBudget, Plan, format_bytes, search)
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
@@ -269,3 +270,27 @@ def _bytes_of(graph: ModuleGraph, value: int) -> float:
     for n in graph.shapes[value]:
         size *= n
     return float(size)
+
+
+def format_table(result: AutoShardResult) -> str:
+    """The CLI's summary: the plan's figures, then each row's sharding and why."""
+    plan = result.plan
+    unit = "s" if result.plan.cost_in_seconds else "bytes"
+    cost = f"{plan.cost:.3g} s" if unit == "s" else format_bytes(plan.cost)
+    lines = [
+        f"spmd-auto-shard: mesh {result.mesh.describe_axes()}, memory budget "
+        f"{format_bytes(result.memory_budget)} per device",
+        f"  estimated collectives per step: {cost} per device; estimated peak memory: "
+        f"{format_bytes(plan.peak_memory)} per device",
+        f"  search: {plan.build_seconds + plan.solve_seconds:.2f} s ({plan.variables} ILP "
+        f"variables, {plan.constraints} constraints; {plan.units} decision units in "
+        f"{plan.unit_classes} classes after clustering repeated layers)",
+        ""]
+    width = min(60, max((len(name) for _, name, *_ in result.rows), default=10))
+    shard_width = max((len(s) for _, _, s, *_ in result.rows), default=10)
+    lines.append(f"  {'kind':<10} {'value':<{width}} {'sharding':<{shard_width}} {'size':>10}  why")
+    for kind, name, sharding, size, why in result.rows:
+        short = name if len(name) <= width else "..." + name[-(width - 3):]
+        lines.append(f"  {kind:<10} {short:<{width}} {sharding:<{shard_width}} "
+                     f"{format_bytes(size):>10}  {why}")
+    return "\n".join(lines)

@@ -1,0 +1,24 @@
+// RUN: stablehlo-spmd-opt %s --spmd-auto-shard=mesh=x=8 | FileCheck %s
+
+// z = a @ b + c @ d with every operand split on the contraction dim over all
+// 8 devices, and z wanted whole.  Each dot leaves a Partial sum; summing each
+// at once would be two all-reduces of z, while the add is linear in both
+// partials, so the plan keeps them and sums once, where z leaves.
+
+// CHECK-LABEL: func.func @two_partial_dots
+// CHECK: %[[AB:.*]] = stablehlo.dot_general %{{.*}}, %{{.*}}, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
+// CHECK: %[[CD:.*]] = stablehlo.dot_general %{{.*}}, %{{.*}}, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
+// CHECK: %[[Z:.*]] = stablehlo.add %[[AB]], %[[CD]] {mhlo.sharding = "{unreduced}"}
+// CHECK: %[[SUM:.*]] = stablehlo.custom_call @Sharding(%[[Z]]) {mhlo.sharding = "{replicated}"}
+// CHECK: return %[[SUM]]
+func.func @two_partial_dots(
+    %a: tensor<16x64xf32> {mhlo.sharding = "{devices=[1,8]<=[8]}"},
+    %b: tensor<64x32xf32> {mhlo.sharding = "{devices=[8,1]<=[8]}"},
+    %c: tensor<16x64xf32> {mhlo.sharding = "{devices=[1,8]<=[8]}"},
+    %d: tensor<64x32xf32> {mhlo.sharding = "{devices=[8,1]<=[8]}"})
+    -> (tensor<16x32xf32> {mhlo.sharding = "{replicated}"}) {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<16x64xf32>, tensor<64x32xf32>) -> tensor<16x32xf32>
+  %1 = stablehlo.dot_general %c, %d, contracting_dims = [1] x [0] : (tensor<16x64xf32>, tensor<64x32xf32>) -> tensor<16x32xf32>
+  %2 = stablehlo.add %0, %1 : tensor<16x32xf32>
+  return %2 : tensor<16x32xf32>
+}
