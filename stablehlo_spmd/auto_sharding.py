@@ -75,6 +75,7 @@ from stablehlo_spmd.sharding import Sharding
 
 Axes = tuple[str, ...]
 WL_ROUNDS = 3
+TIE_BREAK = 1e-6
 
 
 class InfeasibleBudget(SpmdError):
@@ -560,12 +561,15 @@ class _Search:
         for position, value in enumerate(node.results):
             if value == NO_VALUE or results[position] is None:
                 continue
+            pin = self.pinned_roots.get(self.root[value])
             if results[position].unreduced and self.class_size[self.root[value]] > 1:
-                summed = self.layouts.get(results[position].dim_axes)
+                # Summed into the pinned layout at once where there is one
+                # (a reduce-scatter onto its split), else onto the same dims.
+                summed = self.layouts.get(pin.dim_axes if pin is not None
+                                          else results[position].dim_axes)
                 extra += self.cost(results[position], summed, value)
                 unsummed[position] = results[position]
                 results[position] = summed
-            pin = self.pinned_roots.get(self.root[value])
             if pin is None or self.root[value] in self.unit_of_class:
                 continue
             target = self.layouts.get(pin.dim_axes, pin.unreduced, pin.reduction)
@@ -784,6 +788,12 @@ class _Search:
         started = time.perf_counter()
         linear, blocks = self._edges()
         memory = self._memory_terms()
+        # Among plans that move as much, the one that holds less: a millionth
+        # of a byte moved per byte held breaks ties and decides nothing else.
+        tie_break = TIE_BREAK / max((speed for _, speed in self.cost_model.bandwidths),
+                                    default=1.0)
+        for _value, unit, per_device, _born, _last in memory:
+            linear[unit] = linear[unit] + tie_break * per_device
         problem = _Milp(self.units, self.variable_classes, linear, blocks)
         cuts: list[int] = []
         points = sorted({t for *_, b, l in memory for t in (b, l)})
@@ -807,6 +817,8 @@ class _Search:
             if at not in cuts:
                 cuts.append(at)
         strategies, objective = choice
+        objective = max(0.0, objective - tie_break * sum(
+            per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
         peak, _ = self._peak(memory, strategies, points)
         layouts, why = self._write(strategies)
         solve_seconds = time.perf_counter() - started

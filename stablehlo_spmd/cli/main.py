@@ -114,9 +114,11 @@ def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, ba
     for diagnostic in engine.diagnostics:
         if diagnostic.severity == "remark":
             click.echo(f"{diagnostic.position or filename}: {diagnostic.message}", err=True)
-    problems = [d for d in engine.diagnostics if d.severity in ("error", "warning")]
-    for diagnostic in problems:
-        click.echo(str(diagnostic), err=True)
+    for diagnostic in engine.diagnostics:
+        if diagnostic.severity in ("error", "warning"):
+            # A module-wide diagnostic (no position) still names the file.
+            prefix = "" if diagnostic.position else f"{filename}: "
+            click.echo(prefix + str(diagnostic), err=True)
     if result is None:
         sys.exit(1)
     click.echo(format_table(result), err=True)

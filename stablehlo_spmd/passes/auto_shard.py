@@ -144,7 +144,7 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass) -> AutoShard
     try:
         plan = search(search_graph, budget, cost_model, options.time_limit)
     except InfeasibleBudget as error:
-        diagnostics.error(module.location, f"spmd-auto-shard: {error}")
+        diagnostics.error(graph.functions[entry].location, f"spmd-auto-shard: {error}")
         return None
     solver = graph.solver
     for value, layout in enumerate(plan.layouts):

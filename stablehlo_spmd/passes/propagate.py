@@ -490,7 +490,11 @@ class ModuleGraph:
                 if value == NO_VALUE or not solver.states[value].unreduced:
                     continue
                 if solver.states[virtual].unreduced != solver.states[value].unreduced:
-                    self._reshard_use(terminator, position, value)
+                    # Summed straight into the result's layout (a reduce-scatter
+                    # where the result is split further than the value).
+                    summed = solver.sharding(virtual)
+                    self._reshard_use(terminator, position, value,
+                                      None if summed.unreduced else summed)
 
     def _tie_ops(self) -> list[ir.Operation]:
         seen, ops = set(), []

@@ -1,0 +1,194 @@
+"""spmd-auto-shard: optima known by hand, constraints, budgets, numerics, clustering."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import stablehlo_spmd as ss
+from stablehlo_spmd import demo_model, diagnostics
+from stablehlo_spmd.errors import SpmdError
+from stablehlo_spmd.ir import make_context, parse_module
+from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module, parse_bytes
+
+HIDDEN, BATCH = 512, 8
+WEIGHT_BYTES = HIDDEN * HIDDEN * 4          # 1 MiB each
+ACTIVATION_BYTES = BATCH * HIDDEN * 4       # 16 KiB
+
+
+def _mlp(x, w1, w2):
+    return jnp.maximum(x @ w1, 0.0) @ w2
+
+
+def _mlp_text() -> str:
+    x = np.ones((BATCH, HIDDEN), np.float32)
+    w = np.ones((HIDDEN, HIDDEN), np.float32)
+    return ss.export(_mlp, x, w, w)
+
+
+def _plan(text: str, **options):
+    """(result of the pass, the planned text) for `text` with pass options."""
+    engine = diagnostics.DiagnosticEngine()
+    with make_context() as context, diagnostics.collecting(engine):
+        module = parse_module(text, "<test>", context)
+        result = auto_shard_module(module, AutoShardPass(**options))
+        errors = [str(d) for d in engine.diagnostics if d.severity == "error"]
+        return result, errors, module.get_asm(enable_debug_info=False)
+
+
+def _argument_shardings(text: str) -> list[str]:
+    signature = re.search(r"func.func public @main\((.*?)\) ->", text).group(1)
+    return re.findall(r'mhlo.sharding = "([^"]*)"', signature)
+
+
+def _batch_split_output() -> str:
+    """The MLP with its output wanted split by batch, as a data-parallel
+    training loop consumes it."""
+    return ss.annotate(_mlp_text(), "x=8", [(r"^result$", ("x",))])
+
+
+def test_loose_budget_chooses_data_parallel():
+    """Forward MLP, weights 1 MiB each, activations 16 KiB: with room to
+    replicate the weights, splitting the batch moves nothing at all."""
+    result, errors, text = _plan(_batch_split_output())
+    assert not errors
+    assert result.plan.cost == pytest.approx(0, abs=1e-3)
+    x, w1, w2 = _argument_shardings(text)
+    assert x == "{devices=[8,1]<=[8]}"
+    assert w1 == w2 == "{replicated}"
+
+
+def test_tight_budget_chooses_megatron():
+    """With 1 MiB per device no weight can be whole.  Megatron (w1 by
+    columns, w2 by rows) leaves a partial output that one reduce-scatter
+    onto the batch split finishes: 16 KiB * 7/8 per device.  Splitting w2 by
+    columns instead gathers the hidden activation (the same 14 KiB) and then
+    moves the output from columns to rows too; gathering weights (FSDP)
+    needs them whole."""
+    result, errors, text = _plan(_batch_split_output(), memory_budget="1MiB")
+    assert not errors
+    x, w1, w2 = _argument_shardings(text)
+    assert w1 == "{devices=[1,8]<=[8]}"
+    assert w2 == "{devices=[8,1]<=[8]}"
+    assert result.plan.cost == pytest.approx(ACTIVATION_BYTES * 7 / 8, abs=1)
+    assert result.plan.peak_memory <= 2**20
+
+
+def test_annotations_are_hard_constraints():
+    """A weight the user pinned replicated stays replicated, even where the
+    budget then forces the other weight to pay for it."""
+    text = ss.annotate(_mlp_text(), "x=8", [(r"^w1$", ())])
+    result, errors, planned = _plan(text, memory_budget="2MiB")
+    assert not errors
+    _, w1, w2 = _argument_shardings(planned)
+    assert w1 == "{replicated}"
+    assert w2 != "{replicated}"
+
+
+def test_infeasible_budget_names_the_smallest_feasible_one():
+    with pytest.raises(SpmdError) as caught:
+        ss.auto_shard(_mlp_text(), "x=8", memory_budget="64KiB")
+    message = str(caught.value)
+    assert "no plan fits a memory budget of 64.00 KiB per device" in message
+    smallest = int(re.search(r"\((\d+) bytes\)", message).group(1))
+    assert smallest > 64 * 1024
+    # The budget it names is one a plan really fits.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        planned = ss.auto_shard(_mlp_text(), "x=8", memory_budget=smallest)
+    assert "mhlo.sharding" in planned
+
+
+def test_cli_error_is_one_located_line_and_writes_nothing(tmp_path):
+    source = tmp_path / "mlp.mlir"
+    source.write_text(_mlp_text())
+    output = tmp_path / "planned.mlir"
+    run = subprocess.run([sys.executable, "-m", "stablehlo_spmd.cli.main", "auto-shard",
+                          str(source), "--mesh", "x=8", "--memory-budget", "64KiB",
+                          "-o", str(output)], capture_output=True, text=True)
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    assert re.search(r"mlp.mlir: error: spmd-auto-shard: no plan fits", run.stderr)
+    assert not output.exists()
+
+
+def test_cli_prints_the_plan_table(tmp_path):
+    source = tmp_path / "mlp.mlir"
+    source.write_text(_batch_split_output())
+    output = tmp_path / "planned.mlir"
+    run = subprocess.run([sys.executable, "-m", "stablehlo_spmd.cli.main", "auto-shard",
+                          str(source), "--mesh", "x=8", "--memory-budget", "1MiB",
+                          "-o", str(output)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "estimated collectives per step: 14.00 KiB per device" in run.stderr
+    assert re.search(r"argument\s+w1\s+\(None, 'x'\)\s", run.stderr)
+    assert "searched:" in run.stderr
+    assert _argument_shardings(output.read_text())[1] == "{devices=[1,8]<=[8]}"
+
+
+@pytest.mark.parametrize("budget", [None, "1MiB"])
+def test_planned_mlp_matches_one_device(budget):
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((BATCH, HIDDEN)).astype(np.float32),
+              rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32) / 20,
+              rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32) / 20]
+    text = _mlp_text()
+    planned = ss.auto_shard(text, "x=8", memory_budget=budget)
+    got = ss.run(ss.partition(planned), inputs)
+    want = ss.run_single_device(text, inputs)
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_training_step_matches_one_device_and_keeps_parameter_layouts():
+    """The demo's training step planned on a 2-D mesh: right numbers, and each
+    updated parameter comes out in the layout chosen for the parameter."""
+    params, batch = demo_model.example_args(demo_model.Config(n_layers=1))
+    text = ss.export(demo_model.train_step, params, batch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        planned = ss.auto_shard(text, "data=4,model=2")
+        partitioned = ss.partition(planned)
+    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves((params, batch))]
+    got = ss.run(partitioned, leaves)
+    want = ss.run_single_device(text, leaves)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+    main = re.search(r"func.func public @main\((.*?)\) -> \((.*?)\) \{", planned, re.S)
+    arguments = re.findall(r'%arg\d+: (tensor<[^>]*>) \{mhlo.sharding = "([^"]*)"', main.group(1))
+    results = re.findall(r'(tensor<[^>]*>) \{[^}]*mhlo.sharding = "([^"]*)"', main.group(2))
+    parameters = len(jax.tree_util.tree_leaves(params))
+    assert [s for _, s in results[:parameters]] == [s for _, s in arguments[:parameters]]
+    assert any(s != "{replicated}" for _, s in arguments[:parameters])
+
+
+def test_repeated_layers_share_one_problem():
+    """Depth does not grow the program the solver sees."""
+    sizes = []
+    for depth in (2, 4):
+        params, batch = demo_model.example_args(demo_model.Config(n_layers=depth))
+        result, errors, _ = _plan(ss.export(demo_model.train_step, params, batch),
+                                  mesh="data=4,model=2")
+        assert not errors
+        sizes.append((result.plan.variables, result.plan.unit_classes))
+        units = result.plan.units
+    assert sizes[0] == sizes[1]
+    assert units > sizes[1][1]   # the deeper step has more units than classes
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2GiB", 2 * 2**30), ("512MB", 512e6), ("1000", 1000.0), ("1.5KiB", 1536.0), (None, None)])
+def test_parse_bytes(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["two gigs", "-5", "0", "3PB"])
+def test_parse_bytes_refuses(text):
+    with pytest.raises(ValueError):
+        parse_bytes(text)
