@@ -426,7 +426,6 @@ class _Search:
         self.nbytes = [math.prod(s) * b for s, b in zip(graph.shapes, graph.element_bytes)]
         # Value classes: tied values share one layout.
         classes = _UnionFind(n_values)
-        self.follower_nodes = []
         for node in graph.nodes:
             if node.is_tie and node.directions != "none" and node.operands[0] != NO_VALUE \
                     and node.results[0] != NO_VALUE:

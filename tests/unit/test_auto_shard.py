@@ -106,13 +106,17 @@ def test_infeasible_budget_names_the_smallest_feasible_one():
     assert "mhlo.sharding" in planned
 
 
+def _auto_shard_cli(source, output, budget: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stablehlo_spmd.cli.main", "auto-shard",
+                           str(source), "--mesh", "x=8", "--memory-budget", budget,
+                           "-o", str(output)], capture_output=True, text=True)
+
+
 def test_cli_error_is_one_located_line_and_writes_nothing(tmp_path):
     source = tmp_path / "mlp.mlir"
     source.write_text(_mlp_text())
     output = tmp_path / "planned.mlir"
-    run = subprocess.run([sys.executable, "-m", "stablehlo_spmd.cli.main", "auto-shard",
-                          str(source), "--mesh", "x=8", "--memory-budget", "64KiB",
-                          "-o", str(output)], capture_output=True, text=True)
+    run = _auto_shard_cli(source, output, "64KiB")
     assert run.returncode == 1
     assert "Traceback" not in run.stderr
     assert re.search(r"mlp.mlir: error: spmd-auto-shard: no plan fits", run.stderr)
@@ -123,9 +127,7 @@ def test_cli_prints_the_plan_table(tmp_path):
     source = tmp_path / "mlp.mlir"
     source.write_text(_batch_split_output())
     output = tmp_path / "planned.mlir"
-    run = subprocess.run([sys.executable, "-m", "stablehlo_spmd.cli.main", "auto-shard",
-                          str(source), "--mesh", "x=8", "--memory-budget", "1MiB",
-                          "-o", str(output)], capture_output=True, text=True)
+    run = _auto_shard_cli(source, output, "1MiB")
     assert run.returncode == 0, run.stderr
     assert "estimated collectives per step: 14.00 KiB per device" in run.stderr
     assert re.search(r"argument\s+w1\s+\(None, 'x'\)\s", run.stderr)
