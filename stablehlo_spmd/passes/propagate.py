@@ -17,7 +17,8 @@ Options:
   explain  emit a remark per value: its sharding and the chain it came through
   origins  also write that chain as a ``spmd.origin`` string attribute
 
-An op with no rule is replicated, with a warning at its location.
+An op with no rule runs on whole values, with a warning at its location;
+its results are still free for their users to shard, as in Shardy.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ class ModuleGraph:
         self.pins: list[_Pin] = []
         self.refined: set[int] = set()  # pinned values with open dims: written as solved
         self.refined_ops: list[tuple[ir.Operation, list[int]]] = []  # the same, on ops
-        # Ops with no rule, with their results' ids: written replicated.
+        # Ops with no rule, with their results' ids: written as solved.
         self.unruled: list[tuple[ir.Operation, list[int]]] = []
         self.result_slots: list[tuple[ShardedValue, int, bool]] = []  # (result, value id, annotated)
         self.return_ops: dict[int, tuple[ir.Operation, list[int]]] = {}
@@ -349,14 +350,17 @@ class ModuleGraph:
             self.refined_ops.append((op, results))
 
     def _replicate_unknown(self, op: ir.Operation) -> None:
-        diagnostics.warning(op.location, f"no sharding rule for '{op.name}': its results are "
-                            "replicated and its operands will be gathered")
+        """An op with no rule runs on whole values; nothing propagates through it.
+
+        Its results are still values like any other, as in Shardy: their
+        users may shard them, and the partitioner then cuts each device's
+        block out of the whole result, which moves nothing.  Only the
+        user's own annotation on the op pins them."""
+        diagnostics.warning(op.location, f"no sharding rule for '{op.name}': it runs on "
+                            "whole values, so its operands will be gathered")
         indices = [self.ids.get(result, NO_VALUE) for result in op.results]
-        for index in indices:
-            if index != NO_VALUE:
-                rank = len(self.shapes[index])
-                self.pins.append(_Pin(index, Sharding.replicated(self.mesh, rank),
-                                      f"the fallback for '{op.name}', which has no rule"))
+        if MHLO_SHARDING in op.attributes and op.results:
+            self._pin_op(op, indices)
         self.unruled.append((op, indices))
 
     def _add_tie(self, a: int, b: int, op: ir.Operation | None,
@@ -412,7 +416,7 @@ class ModuleGraph:
                 for note in (OPEN_DIMS, PRIORITIES):
                     if note in op.attributes:
                         del op.attributes[note]
-        # Every value has a sharding: an op with no rule, its pinned replicated.
+        # Every value has a sharding: an op with no rule, whatever its users gave it.
         for op, indices in self.unruled:
             if op.results and MHLO_SHARDING not in op.attributes:
                 op.attributes[MHLO_SHARDING] = self._result_attr(indices, context)

@@ -1,9 +1,9 @@
 // RUN: stablehlo-spmd-opt %s --split-input-file --verify-diagnostics --spmd-propagate
 
-// An op without a rule is replicated, with a warning at its location.
+// An op without a rule runs on whole values, with a warning at its location.
 
 func.func @opaque(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> tensor<8x8xf32> {
-  // expected-warning@+1 {{no sharding rule for 'stablehlo.custom_call': its results are replicated and its operands will be gathered}}
+  // expected-warning@+1 {{no sharding rule for 'stablehlo.custom_call': it runs on whole values, so its operands will be gathered}}
   %0 = stablehlo.custom_call @my_kernel(%x) : (tensor<8x8xf32>) -> tensor<8x8xf32>
   return %0 : tensor<8x8xf32>
 }
