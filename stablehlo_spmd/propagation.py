@@ -28,11 +28,15 @@ How a node propagates (Shardy's factor propagation):
    reduction at once (``mhlo.sharding`` has no spelling for a pending max,
    and nothing downstream is linear in one).
 
-Nodes run from a worklist until nothing changes, in four stages as the
+Nodes run from a worklist until nothing changes, in five stages as the
 issue and Shardy's op-priority propagation order them: element-wise ops and
-ties first; then every op except broadcasts forward only (results refined,
-operands left alone); then every op, broadcasts only backward; then
-everything.  The forward-only stage lets each value hear from its own
+ties whose operands have no other reader, and dynamic slices forward only;
+then the same ops whatever their operands' other readers; then every op
+except broadcasts forward only (results refined, operands left alone); then
+every op, broadcasts only backward; then everything.  (The first stage is
+Shardy's: an op whose operand has several readers neither pushes the
+operand's sharding onto all of them nor pulls one reader's onto the operand
+before the others have spoken.)  The forward-only stage lets each value hear from its own
 producers before any consumer imposes a sharding on it backward: a consumer
 that reached first would seat its own layout on the value and the value's
 real layout, arriving later, would find its axes taken (XLA and Shardy both
@@ -80,6 +84,10 @@ from stablehlo_spmd.sharding import Sharding
 
 Axes = tuple[str, ...]
 NO_VALUE = -1
+# Ops that take their operand's sharding forward in the pass-through stages,
+# as Shardy's op priorities do: a slice's result is small, so reading the
+# operand where it lies and moving the slice is the cheap order.
+_FORWARD_PASS_THROUGH = frozenset({"stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice"})
 
 
 @dataclasses.dataclass
@@ -113,7 +121,8 @@ class Origin:
 
 
 class Propagator:
-    STAGES = ("pass-through", "forward", "all-but-broadcast-forward", "all")
+    STAGES = ("single-use pass-through", "pass-through", "forward",
+              "all-but-broadcast-forward", "all")
     BIRTH_STAGE = "all"   # the first stage in which a sum may leave a partial result
 
     def __init__(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]], nodes: Sequence[Node],
@@ -148,10 +157,14 @@ class Propagator:
         self._shardings: dict[tuple, Sharding] = {}
         self._sum_costs: dict[tuple, float] = {}
         self.users: list[list[int]] = [[] for _ in self.shapes]
+        self.uses = [0] * len(self.shapes)   # reads as an operand, as MLIR counts uses
         for index, node in enumerate(self.nodes):
             for value in (*node.operands, *node.results):
                 if value != NO_VALUE:
                     self.users[value].append(index)
+            for value in node.operands:
+                if value != NO_VALUE:
+                    self.uses[value] += 1
 
     # ------------------------------------------------------------- inputs
 
@@ -287,10 +300,15 @@ class Propagator:
                     sites.add(value)
         return sorted(sites)
 
-    @staticmethod
-    def _in_stage(node: Node, stage: str) -> bool:
-        if stage == "pass-through":
-            return node.is_tie or node.rule.elementwise
+    def _in_stage(self, node: Node, stage: str) -> bool:
+        if stage.endswith("pass-through"):
+            if not (node.is_tie or node.rule.elementwise or node.label in _FORWARD_PASS_THROUGH):
+                return False
+            # Shardy's first op priority: an op reading a value that has other
+            # readers waits a stage, so that it neither pushes the value's
+            # sharding onto every reader nor pulls one reader's onto the value.
+            return stage == "pass-through" or node.is_tie or all(
+                v == NO_VALUE or not self.shapes[v] or self.uses[v] == 1 for v in node.operands)
         if stage == "forward":  # a broadcast has no forward step before the last stage
             return not node.is_broadcast
         return True
@@ -307,6 +325,7 @@ class Propagator:
         queued = set(queue)
         dirty = self._dirty
         forward_only = stage == "forward"
+        first_stages = stage.endswith("pass-through")
         while queue:
             index = heapq.heappop(queue)
             queued.discard(index)
@@ -318,7 +337,8 @@ class Propagator:
             forward_allowed = (last or not node.is_broadcast) and \
                 directions in ("both", "forward")
             backward_allowed = (not forward_only or node.is_tie) and \
-                directions in ("both", "backward")
+                directions in ("both", "backward") and \
+                not (first_stages and node.label in _FORWARD_PASS_THROUGH)
             if directions == "none":
                 continue
             for value in self._propagate(index, forward_allowed, backward_allowed):
