@@ -120,6 +120,7 @@ class ModuleGraph:
         self.nodes: list[Node] = []
         self.node_ops: list[ir.Operation | None] = []
         self.pins: list[_Pin] = []
+        self.pinned: set[int] = set()   # values with a pin
         self.refined: set[int] = set()  # pinned values with open dims: written as solved
         self.refined_ops: list[tuple[ir.Operation, list[int]]] = []  # the same, on ops
         # Ops with no rule, with their results' ids: written as solved.
@@ -237,7 +238,7 @@ class ModuleGraph:
         if value.get(OPEN_DIMS) is not None:
             sharding = _opened(sharding, open_dims.dims)
             self.refined.add(index)
-        self.pins.append(_Pin(index, sharding, f"the annotation on {label}",
+        self._add_pin(_Pin(index, sharding, f"the annotation on {label}",
                               read_priorities(value.get(PRIORITIES)), open_dims.replicated))
         return True
 
@@ -313,7 +314,40 @@ class ModuleGraph:
         self.nodes.append(Node(rule, operands, results, name, is_broadcast=grows))
         self.node_ops.append(op)
         if MHLO_SHARDING in op.attributes:
+            pinned = len(self.pins)
             self._pin_op(op, results)
+            if len(self.pins) == pinned + 1 and is_sharding_constraint(op):
+                self._constrain_input(op, operands[0], self.pins[-1])
+
+    def _constrain_input(self, op: ir.Operation, source: int, pin: _Pin) -> None:
+        """A closed sharding constraint also shards its input, as Shardy's
+        import does (for parity with GSPMD): the constraint then says where
+        the input is computed, not only where it is moved to.
+
+        Only an input nothing else shards, and no other constraint on it
+        asks to have another way, takes it: a function argument or an op's
+        result.  The block arguments and results of control flow are tied
+        to other values, which the constraint must not reach (Shardy moves
+        the constraint after them instead)."""
+        sharding = pin.sharding
+        if source == NO_VALUE or source in self.pinned or sharding.open_dims or \
+                sharding.unreduced or sharding.manual or pin.priorities or pin.replicated:
+            return
+        operand = op.operands[0]
+        owner = operand.owner
+        producer = (owner.owner if isinstance(owner, ir.Block) else owner).operation
+        if isinstance(owner, ir.Block) and producer.name != "func.func" or \
+                not isinstance(owner, ir.Block) and (op_rules.has_ties(producer.name)
+                                                     or producer.name == "stablehlo.custom_call"):
+            return
+        mine = str(op.attributes[MHLO_SHARDING])
+        for use in operand.uses:
+            reader = use.owner.operation
+            if reader != op and is_sharding_constraint(reader) and (
+                    MHLO_SHARDING not in reader.attributes
+                    or str(reader.attributes[MHLO_SHARDING]) != mine):
+                return
+        self._add_pin(_Pin(source, sharding, f"{pin.annotation}, applied to its input"))
 
     def _pin_op(self, op: ir.Operation, results: list[int]) -> None:
         value = ShardedValue("op", op, 0, None, op.location, op.results[0].type)
@@ -344,10 +378,14 @@ class ModuleGraph:
             if open_dims:
                 sharding = _opened(sharding, open_dims.dims)
                 opened = True
-            self.pins.append(_Pin(index, sharding, label, read_priorities(priority_note, position),
+            self._add_pin(_Pin(index, sharding, label, read_priorities(priority_note, position),
                                   open_dims.replicated))
         if opened:
             self.refined_ops.append((op, results))
+
+    def _add_pin(self, pin: _Pin) -> None:
+        self.pins.append(pin)
+        self.pinned.add(pin.value)
 
     def _replicate_unknown(self, op: ir.Operation) -> None:
         """An op with no rule runs on whole values; nothing propagates through it.

@@ -98,8 +98,7 @@ module attributes {spmd.mesh = #sdy.mesh<["a"=2, "b"=2], device_ids=[0, 2, 1, 3]
       -> (tensor<8x8xf32> {mhlo.sharding = "{replicated}"}) {
     %0 = stablehlo.custom_call @Sharding(%x) {mhlo.sharding = "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
     %1 = stablehlo.exponential %0 : tensor<8x8xf32>
-    %2 = stablehlo.custom_call @Sharding(%1) {mhlo.sharding = "{replicated}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
-    return %2 : tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
   }
 }
 
@@ -122,8 +121,7 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
       -> (tensor<8x8xf32> {mhlo.sharding = "{replicated}"}) {
     %0 = stablehlo.custom_call @Sharding(%x) {mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
     %1 = stablehlo.exponential %0 : tensor<8x8xf32>
-    %2 = stablehlo.custom_call @Sharding(%1) {mhlo.sharding = "{replicated}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
-    return %2 : tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
   }
 }
 

@@ -46,15 +46,48 @@ func.func private @square(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 // -----
 
 // A sharding constraint in the middle of the program wins over what flows
-// into it, and flows on from there.
+// into it, and flows on from there.  Being closed, it also says where its
+// input is computed (Shardy's import, for parity with GSPMD): the exp reads
+// %x resharded, rather than computing rows and moving its own result.
 
 // CHECK-LABEL: func.func @constraint
-// CHECK: stablehlo.exponential %arg0 {mhlo.sharding = "{devices=[4,1]<=[4]}"}
-// CHECK: %[[C:.*]] = stablehlo.custom_call @Sharding({{.*}}) {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+// CHECK: %[[E:.*]] = stablehlo.exponential %arg0 {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+// CHECK: %[[C:.*]] = stablehlo.custom_call @Sharding(%[[E]]) {mhlo.sharding = "{devices=[1,4]<=[4]}"}
 // CHECK: stablehlo.log %[[C]] {mhlo.sharding = "{devices=[1,4]<=[4]}"}
 func.func @constraint(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> tensor<8x8xf32> {
   %0 = stablehlo.exponential %x : tensor<8x8xf32>
   %1 = stablehlo.custom_call @Sharding(%0) {mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
   %2 = stablehlo.log %1 : tensor<8x8xf32>
   return %2 : tensor<8x8xf32>
+}
+
+// -----
+
+// Two constraints that disagree on one input leave it to propagation: it
+// keeps the rows it is computed in.
+
+// CHECK-LABEL: func.func @two_constraints_disagree
+// CHECK: %[[E:.*]] = stablehlo.exponential %arg0 {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// CHECK: stablehlo.custom_call @Sharding(%[[E]]) {mhlo.sharding = "{devices=[1,4]<=[4]}"}
+// CHECK: stablehlo.custom_call @Sharding(%[[E]]) {mhlo.sharding = "{replicated}"}
+func.func @two_constraints_disagree(%x: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+  %0 = stablehlo.exponential %x : tensor<8x8xf32>
+  %1 = stablehlo.custom_call @Sharding(%0) {mhlo.sharding = "{devices=[1,4]<=[4]}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  %2 = stablehlo.custom_call @Sharding(%0) {mhlo.sharding = "{replicated}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %1, %2 : tensor<8x8xf32>, tensor<8x8xf32>
+}
+
+// -----
+
+// An open constraint is not applied to its input (Shardy applies closed
+// ones only): the exp keeps the rows it reads and takes the constraint's
+// columns on top, as jaxlib's sdy-propagation-pipeline gives it too.
+
+// CHECK-LABEL: func.func @open_constraint
+// CHECK: stablehlo.exponential %arg0 {mhlo.sharding = "{devices=[2,2]<=[4]}"}
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @open_constraint(%x: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {}]>}) -> tensor<8x8xf32> {
+  %0 = stablehlo.exponential %x : tensor<8x8xf32>
+  %1 = sdy.sharding_constraint %0 <@mesh, [{?}, {"b"}]> : tensor<8x8xf32>
+  return %1 : tensor<8x8xf32>
 }
