@@ -320,6 +320,24 @@ class Partitioner:
         self._reshards.setdefault(key, []).append((result, here))
         return result
 
+    def move_bytes(self, value: ir.Value, target: Sharding) -> float:
+        """What `to(value, target)` will move: the planner's bytes, or fewer
+        where `value`'s op is made again in `target`'s layout (a constant
+        costs nothing in any layout).  Strategies price their operands'
+        moves with it, so a plan that reads a constant in a new layout is not
+        charged a collective it will never emit."""
+        source = self.shardings.get(value)
+        if source is None or source == target or not shape_of(value):
+            return 0.0
+        moved = reshard_bytes(source, target, value)
+        owner = value.owner
+        if moved and self._rebuilding is None and isinstance(owner, ir.OpView | ir.Operation) \
+                and owner.operation.name in _REBUILDABLE:
+            remade = self._rebuild_plan(value, target, _REBUILD_DEPTH)
+            if remade is not None:
+                moved = min(moved, remade[2])
+        return moved
+
     def _reshard_steps(self, value: ir.Value, source: Sharding, target: Sharding):
         return plan_reshard(source, target, shape_of(value),
                             element_bytes(ir.RankedTensorType(value.type).element_type),

@@ -342,9 +342,8 @@ def plan_reshard_bytes(p: "Partitioner", op: ir.Operation, plan: Plan) -> float:
     """Bytes per device the reshards around the local op would move."""
     total = 0.0
     for operand, required in zip(op.operands, plan.required):
-        source = p.shardings.get(operand)
-        if required is not None and source is not None and source != required:
-            total += reshard_bytes(source, required, operand)
+        if required is not None:
+            total += p.move_bytes(operand, required)
     for result, produced, target in zip(op.results, plan.produced, plan.wanted):
         if not set(target.unreduced) <= set(produced.unreduced):
             target = target.reduced()

@@ -40,6 +40,22 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 }
 """
 
+# One iota read by a dot in two layouts (rows over x, rows over y), so its
+# result lands in the [x, y] layout the sum wants: a dot strategy that
+# priced reading the iota in a new layout as a collective used to sum a
+# split contraction instead (a reduce-scatter).
+IOTA_READ_TWO_WAYS = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
+  func.func @main(%b: tensor<8x8xf32> {mhlo.sharding = "{devices=[2,2]<=[4]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{devices=[2,2]<=[4]}"}) {
+    %w = stablehlo.iota dim = 1 : tensor<8x16xf32>
+    %0 = stablehlo.dot_general %w, %w, contracting_dims = [1] x [1] : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x8xf32>
+    %1 = stablehlo.add %0, %b : tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+"""
+
 # The same with an argument in the iota's place: that one must move.
 ARGUMENT_OTHER_LAYOUT = """
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
@@ -81,7 +97,8 @@ def _run_both(text, args):
 @pytest.mark.parametrize("text, args", [
     (CONSTANT_SLICE, [np.float32(0.5)]),
     (IOTA_OTHER_LAYOUT, [np.arange(64, dtype=np.int32).reshape(8, 8)]),
-], ids=["constant_slice", "iota_transposed"])
+    (IOTA_READ_TWO_WAYS, [np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)]),
+], ids=["constant_slice", "iota_transposed", "iota_read_two_ways"])
 def test_a_value_made_from_constants_is_made_again_not_moved(text, args):
     assert _run_both(text, args) == []
 
