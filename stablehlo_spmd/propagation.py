@@ -36,11 +36,12 @@ except broadcasts forward only (results refined, operands left alone); then
 every op, broadcasts only backward; then everything.  (The first stage is
 Shardy's: an op whose operand has several readers neither pushes the
 operand's sharding onto all of them nor pulls one reader's onto the operand
-before the others have spoken.)  The forward-only stage lets each value hear from its own
-producers before any consumer imposes a sharding on it backward: a consumer
-that reached first would seat its own layout on the value and the value's
-real layout, arriving later, would find its axes taken (XLA and Shardy both
-prefer forward propagation for the same reason).  For the same reason the
+before the others have spoken.)  The forward-only stage lets each value
+hear from its own producers before any consumer imposes a sharding on it
+backward: a consumer that reached first would seat its own layout on the
+value and the value's real layout, arriving later, would find its axes
+taken (XLA and Shardy both prefer forward propagation for the same
+reason).  For the same reason the
 worklist runs the earliest dirty node first, nodes being numbered in program
 order: an op then reads operands their producers have settled, and a
 pinned weight cannot seat its layout on a matmul's result before the

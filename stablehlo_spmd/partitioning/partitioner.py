@@ -331,6 +331,8 @@ class Partitioner:
             return 0.0
         moved = reshard_bytes(source, target, value)
         owner = value.owner
+        # Not while planning a remake itself: `_rebuild_plan` prices its own
+        # operands, to its own depth.
         if moved and self._rebuilding is None and isinstance(owner, ir.OpView | ir.Operation) \
                 and owner.operation.name in _REBUILDABLE:
             remade = self._rebuild_plan(value, target, _REBUILD_DEPTH)

@@ -335,11 +335,12 @@ class ModuleGraph:
             return
         operand = op.operands[0]
         owner = operand.owner
-        producer = (owner.owner if isinstance(owner, ir.Block) else owner).operation
-        if isinstance(owner, ir.Block) and producer.name != "func.func" or \
-                not isinstance(owner, ir.Block) and (op_rules.has_ties(producer.name)
-                                                     or producer.name == "stablehlo.custom_call"):
-            return
+        if isinstance(owner, ir.Block):
+            if owner.owner.operation.name != "func.func":
+                return   # a region's argument: tied to its loop or branch
+        elif op_rules.has_ties(owner.operation.name) or \
+                owner.operation.name == "stablehlo.custom_call":
+            return   # control flow's result, or a custom call's (a manual edge, a kernel)
         mine = str(op.attributes[MHLO_SHARDING])
         for use in operand.uses:
             reader = use.owner.operation
