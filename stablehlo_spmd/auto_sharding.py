@@ -76,6 +76,11 @@ from stablehlo_spmd.sharding import Sharding
 Axes = tuple[str, ...]
 WL_ROUNDS = 3
 TIE_BREAK = 1e-6
+_INFEASIBLE = 2   # scipy.optimize.milp's status for a problem with no solution
+
+
+class SearchTimeLimit(SpmdError):
+    """The solver ran out of time before it found any plan."""
 
 
 class InfeasibleBudget(SpmdError):
@@ -1092,7 +1097,13 @@ class _Milp:
                       integrality=integrality, bounds=bounds,
                       options={"time_limit": time_limit, "mip_rel_gap": 2e-3})
         if result.x is None:
-            return None
+            if result.status == _INFEASIBLE:
+                return None
+            # Out of time (or of HiGHS's patience) before any plan: saying
+            # "no plan fits" here would send the user after the wrong knob.
+            raise SearchTimeLimit(
+                f"the solver found no plan within its time limit of {time_limit:g} s; "
+                "give the search more time (the time-limit option)")
         chosen = {}
         for cls, start in self.offsets.items():
             values = result.x[start:start + self.class_size[cls]]

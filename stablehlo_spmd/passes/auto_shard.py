@@ -39,7 +39,7 @@ from jaxlib.mlir import ir
 
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.auto_sharding import (
-    CostModel, Graph, InfeasibleBudget, Plan, format_bytes, search)
+    CostModel, Graph, InfeasibleBudget, Plan, SearchTimeLimit, format_bytes, search)
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
@@ -143,7 +143,7 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass) -> AutoShard
     search_graph = _search_graph(graph, mesh, entry)
     try:
         plan = search(search_graph, budget, cost_model, options.time_limit)
-    except InfeasibleBudget as error:
+    except (InfeasibleBudget, SearchTimeLimit) as error:
         diagnostics.error(graph.functions[entry].location, f"spmd-auto-shard: {error}")
         return None
     solver = graph.solver

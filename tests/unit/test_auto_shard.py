@@ -65,6 +65,16 @@ def test_loose_budget_chooses_data_parallel():
     assert w1 == w2 == "{replicated}"
 
 
+def test_a_search_out_of_time_says_so():
+    """A solver stopped by its time limit before any plan is not an
+    infeasible budget: the error names the limit, not the memory."""
+    result, errors, _ = _plan(_batch_split_output(), memory_budget="1MiB", time_limit=1e-9)
+    assert result is None
+    assert len(errors) == 1
+    assert "no plan within its time limit of 1e-09 s" in errors[0]
+    assert "memory budget" not in errors[0]
+
+
 def test_tight_budget_chooses_megatron():
     """With 1 MiB per device no weight can be whole.  Megatron (w1 by
     columns, w2 by rows) leaves a partial output that one reduce-scatter
