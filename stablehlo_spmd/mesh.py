@@ -113,11 +113,21 @@ class Mesh:
         return name in self._axis_positions
 
     def axes_size(self, names: Iterable[str]) -> int:
-        return math.prod(self.axis_size(n) for n in names)
+        # The reshard planner asks this millions of times in a search over
+        # a handful of distinct axis runs.
+        key = names if isinstance(names, tuple) else tuple(names)
+        size = self._axes_sizes.get(key)
+        if size is None:
+            size = self._axes_sizes[key] = math.prod(self.axis_size(n) for n in key)
+        return size
 
     @functools.cached_property
     def _axis_positions(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.axis_names)}
+
+    @functools.cached_property
+    def _axes_sizes(self) -> dict[tuple[str, ...], int]:
+        return {}
 
     @property
     def is_iota(self) -> bool:
