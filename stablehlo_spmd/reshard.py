@@ -291,14 +291,27 @@ class _Problem:
         # Axes that never move: manual ones, and size-1 ones (data-wise no-ops).
         self.fixed = frozenset(source.manual) | trivial
         self.global_bytes = math.prod(shape) * element_bytes
+        self._local_shapes: dict[tuple, tuple[int, ...]] = {}
+        self._shard_counts: dict[tuple[str, ...], int] = {}
 
     # -------------------------------------------------------- layout sizes
 
     def shards(self, axes: Iterable[str]) -> int:
-        return self.mesh.axes_size(axes)
+        try:
+            return self._shard_counts[axes]
+        except KeyError:
+            size = self._shard_counts[axes] = self.mesh.axes_size(axes)
+            return size
+        except TypeError:   # not a tuple: nothing to remember it by
+            return self.mesh.axes_size(axes)
 
     def local_shape(self, layout: _Layout) -> tuple[int, ...]:
-        return tuple(-(-n // self.shards(axes)) for n, axes in zip(self.shape, layout.dims))
+        # Every move generator asks it of each layout the search pops.
+        local = self._local_shapes.get(layout.dims)
+        if local is None:
+            local = self._local_shapes[layout.dims] = tuple(
+                -(-n // self.shards(axes)) for n, axes in zip(self.shape, layout.dims))
+        return local
 
     def nbytes(self, shape: Iterable[int]) -> int:
         return math.prod(shape) * self.element_bytes
