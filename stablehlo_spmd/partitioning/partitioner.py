@@ -79,6 +79,7 @@ class Partitioner:
         self.outlined: dict[tuple, str] = {}
         self._result_shardings: dict[tuple, tuple[Sharding, ...]] = {}
         self.rule_plans: dict[tuple, tuple] = {}  # see strategy._cheapest_rule_plan
+        self._from_constants: dict[ir.Value, str | None] = {}
         # (per-device value, layout) -> [(moved value, the block it was moved in)].
         self._reshards: dict[tuple, list[tuple[ir.Value, ir.Block]]] = {}
         # (op, result shardings) while `rebuilt` plans an op at a layout of its choosing.
@@ -330,15 +331,37 @@ class Partitioner:
         if source is None or source == target or not shape_of(value):
             return 0.0
         moved = reshard_bytes(source, target, value)
-        owner = value.owner
-        # Not while planning a remake itself: `_rebuild_plan` prices its own
-        # operands, to its own depth.
-        if moved and self._rebuilding is None and isinstance(owner, ir.OpView | ir.Operation) \
-                and owner.operation.name in _REBUILDABLE:
+        # Only values made from constants alone: their remake is free
+        # whatever surrounds them, so a plan priced with it may serve every
+        # op of the same signature (`strategy._cheapest_rule_plan` caches
+        # plans across a model's layers).  Not while planning a remake
+        # itself: `_rebuild_plan` prices its own operands.
+        if moved and self._rebuilding is None and self.made_from_constants(value):
             remade = self._rebuild_plan(value, target, _REBUILD_DEPTH)
             if remade is not None:
                 moved = min(moved, remade[2])
         return moved
+
+    def made_from_constants(self, value: ir.Value) -> str | None:
+        """The op that makes `value` where it is made from constants alone
+        by cheap ops (a constant, an iota, a broadcast or reshape of one, a
+        few ops deep), else None."""
+        known = self._from_constants.get(value, False)
+        if known is not False:
+            return known
+        found = self._from_constants[value] = self._made_from_constants(value, _REBUILD_DEPTH)
+        return found
+
+    def _made_from_constants(self, value: ir.Value, depth: int) -> str | None:
+        owner = value.owner
+        if depth <= 0 or not isinstance(owner, ir.OpView | ir.Operation):
+            return None
+        op = owner.operation
+        if op.name not in _REBUILDABLE:
+            return None
+        if all(self._made_from_constants(operand, depth - 1) for operand in op.operands):
+            return op.name
+        return None
 
     def _reshard_steps(self, value: ir.Value, source: Sharding, target: Sharding):
         return plan_reshard(source, target, shape_of(value),

@@ -133,7 +133,11 @@ def _cheapest_rule_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
     # types included: the rule object stands for them, and the cache holds
     # it so its id is not reused) and the shardings around the op: the
     # layers of a deep model ask the same question again and again.
-    key = (id(rule), tuple(wanted), tuple(p.shardings.get(v) for v in op.operands))
+    # An operand made from constants alone costs nothing to read in any
+    # layout (`Partitioner.move_bytes`), so which operands are is part of
+    # the question too.
+    key = (id(rule), tuple(wanted), tuple(p.shardings.get(v) for v in op.operands),
+           tuple(p.made_from_constants(v) for v in op.operands))
     known = p.rule_plans.get(key)
     if known is not None:
         return known[1]
