@@ -448,3 +448,26 @@ def test_permutes_that_leave_a_device_zeros_do_not_cancel():
     # Device 0 receives nothing from the first (zeros), device 1 nothing from
     # the second: the pair is not the identity although each pair is undone.
     assert _permutes_left("[[0, 1]]", "[[1, 0]]", 1) == 2
+
+
+def test_a_jax_sharding_constraint_says_where_its_input_is_computed():
+    # jax.lax.with_sharding_constraint closes the tanh's rows: Shardy's import
+    # (for parity with GSPMD) gives the constraint's sharding to the tanh
+    # itself, so the dot's row split is gathered before the tanh rather than
+    # after it.  The result matches one device.
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
+    columns = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "model"))
+
+    def f(x, w):
+        return jax.lax.with_sharding_constraint(jnp.tanh(x @ w), columns)
+
+    x, w = np.asarray(_random(16, 32)), np.asarray(_random(32, 8))
+    annotated = ss.annotate(ss.export(f, x, w), "data=4,model=2", [(r"^x$", ("data", None))])
+    propagated = ss.propagate(annotated)
+    constraint = re.search(r'custom_call @Sharding\(%\w+\) \{mhlo.sharding = "([^"]*)"',
+                           propagated).group(1)
+    tanh = re.search(r'stablehlo.tanh %\w+ \{mhlo.sharding = "([^"]*)"', propagated).group(1)
+    assert tanh == constraint
+    (got,) = ss.run(ss.partition(annotated), [x, w])
+    (want,) = ss.run_single_device(annotated, [x, w])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
