@@ -322,11 +322,11 @@ class Partitioner:
         return result
 
     def move_bytes(self, value: ir.Value, target: Sharding) -> float:
-        """What `to(value, target)` will move: the planner's bytes, or fewer
-        where `value`'s op is made again in `target`'s layout (a constant
-        costs nothing in any layout).  Strategies price their operands'
-        moves with it, so a plan that reads a constant in a new layout is not
-        charged a collective it will never emit."""
+        """What `to(value, target)` will move: the planner's bytes, or what
+        making `value` again in `target`'s layout moves where it is made
+        from constants alone (nothing, as a rule).  Strategies price their
+        operands' moves with it, so a plan that reads a constant in a new
+        layout is not charged a collective it will never emit."""
         source = self.shardings.get(value)
         if source is None or source == target or not shape_of(value):
             return 0.0
