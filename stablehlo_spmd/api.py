@@ -108,7 +108,8 @@ def partition(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet 
 
 def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = None,
                rules: Iterable[Any] | str | RuleSet = (), bandwidth: str | dict | None = None,
-               latency: float = 0.0, filename: str = "<input>") -> str:
+               latency: float = 0.0, time_limit: float = 60.0,
+               filename: str = "<input>") -> str:
     """Choose every value's sharding over `mesh` within `memory_budget` bytes per device.
 
     `memory_budget` is an int or a string like ``"2GiB"``; None means no
@@ -118,7 +119,8 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
     minimize seconds instead of bytes.  The result is an annotated module:
     ``partition(auto_shard(...))`` partitions it with the mesh it names.
     Raises `SpmdError` when no plan fits the budget, naming the smallest one
-    that does.
+    that does, or when the solver finds none within `time_limit` seconds
+    (per solve).
     """
     mesh = as_mesh(mesh)
     rule_set = as_rule_set(rules, mesh)
@@ -127,7 +129,7 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
     budget = "" if memory_budget is None else str(memory_budget)
     pipeline = Pipeline((AnnotatePass(rules=rule_set),
                          AutoShardPass(memory_budget=budget, bandwidth=bandwidth or "",
-                                       latency=latency)))
+                                       latency=latency, time_limit=time_limit)))
     return run_passes(text, pipeline, filename)
 
 

@@ -1103,7 +1103,7 @@ class _Milp:
             # "no plan fits" here would send the user after the wrong knob.
             raise SearchTimeLimit(
                 f"the solver found no plan within its time limit of {time_limit:g} s; "
-                "give the search more time (the time-limit option)")
+                "give the search more time (time-limit)")
         chosen = {}
         for cls, start in self.offsets.items():
             values = result.x[start:start + self.class_size[cls]]

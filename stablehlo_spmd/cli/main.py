@@ -85,9 +85,12 @@ def explain_command(input_file: str, rules: str | None) -> None:
 @click.option("--rules", default=None, metavar="RULES.toml",
               help="Partition rules to respect as hard constraints.")
 @click.option("--explain", is_flag=True, help="Say for every op why it got its sharding.")
+@click.option("--time-limit", type=float, default=60.0, metavar="SECONDS",
+              help="Seconds the solver may take per solve (default: 60).")
 @click.option("-o", "output_file", default="-", metavar="OUTPUT", help="Output file ('-' is stdout).")
 def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, bandwidth: str,
-                       latency: float, rules: str | None, explain: bool, output_file: str) -> None:
+                       latency: float, rules: str | None, explain: bool, time_limit: float,
+                       output_file: str) -> None:
     """Choose every value's sharding from a mesh and a memory budget.
 
     Writes the annotated module (ready for spmd-propagate and spmd-partition)
@@ -109,7 +112,7 @@ def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, ba
             ok = run_pipeline(module, Pipeline((AnnotatePass(rules=rules or "", mesh=mesh or ""),)))
         result = auto_shard_module(module.operation, AutoShardPass(
             memory_budget=memory_budget, bandwidth=bandwidth, latency=latency,
-            explain=explain)) if ok and not engine.errors else None
+            explain=explain, time_limit=time_limit)) if ok and not engine.errors else None
         output = print_module(module.operation) if result is not None else None
     for diagnostic in engine.diagnostics:
         if diagnostic.severity == "remark":

@@ -116,9 +116,9 @@ def test_infeasible_budget_names_the_smallest_feasible_one():
     assert "mhlo.sharding" in planned
 
 
-def _auto_shard_cli(source, output, budget: str) -> subprocess.CompletedProcess:
+def _auto_shard_cli(source, output, budget: str, *more: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "stablehlo_spmd.cli.main", "auto-shard",
-                           str(source), "--mesh", "x=8", "--memory-budget", budget,
+                           str(source), "--mesh", "x=8", "--memory-budget", budget, *more,
                            "-o", str(output)], capture_output=True, text=True)
 
 
@@ -130,6 +130,18 @@ def test_cli_error_is_one_located_line_and_writes_nothing(tmp_path):
     assert run.returncode == 1
     assert "Traceback" not in run.stderr
     assert re.search(r"mlp.mlir: error: spmd-auto-shard: no plan fits", run.stderr)
+    assert not output.exists()
+
+
+def test_cli_time_limit_reaches_the_solver(tmp_path):
+    source = tmp_path / "mlp.mlir"
+    source.write_text(_mlp_text())
+    output = tmp_path / "planned.mlir"
+    run = _auto_shard_cli(source, output, "1MiB", "--time-limit", "1e-9")
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    assert re.search(r"mlp.mlir: error: spmd-auto-shard: the solver found no plan "
+                     r"within its time limit of 1e-09 s", run.stderr)
     assert not output.exists()
 
 
