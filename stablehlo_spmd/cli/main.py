@@ -17,6 +17,7 @@ in one process or in several (``launch`` starts them on one host).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -47,21 +48,29 @@ def export_command(function_ref: str, args_ref: str | None, output_file: str) ->
     write_output(output_file, export_reference(function_ref, args_ref))
 
 
-@cli.command("explain")
-@click.argument("input_file", metavar="INPUT")
-@click.option("--rules", default=None, metavar="RULES.toml",
-              help="Annotate from these partition rules first.")
-def explain_command(input_file: str, rules: str | None) -> None:
-    """Propagate shardings and say why every op has its sharding."""
+@contextlib.contextmanager
+def _parsed(input_file: str):
+    """(file name, parsed module, the engine collecting its diagnostics), in
+    the module's context; a parse error fails the command there."""
     filename, text = read_text(input_file)
-    annotate = f"spmd-annotate{{rules={rules}}}," if rules else ""
-    pipeline = parse_pipeline(f"builtin.module({annotate}spmd-propagate{{explain=true}})")
     engine = diagnostics.DiagnosticEngine()
     with diagnostics.collecting(engine), make_context() as context:
         try:
             module = parse_module(text, filename, context)
         except ParseError as error:
             fail([diagnostics.Diagnostic(*d) for d in error.diagnostics])
+        yield filename, module, engine
+
+
+@cli.command("explain")
+@click.argument("input_file", metavar="INPUT")
+@click.option("--rules", default=None, metavar="RULES.toml",
+              help="Annotate from these partition rules first.")
+def explain_command(input_file: str, rules: str | None) -> None:
+    """Propagate shardings and say why every op has its sharding."""
+    annotate = f"spmd-annotate{{rules={rules}}}," if rules else ""
+    pipeline = parse_pipeline(f"builtin.module({annotate}spmd-propagate{{explain=true}})")
+    with _parsed(input_file) as (filename, module, engine):
         ok = run_pipeline(module, pipeline)
     for diagnostic in engine.diagnostics:
         if diagnostic.severity == "remark":
@@ -100,13 +109,7 @@ def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, ba
     from stablehlo_spmd.passes.annotate import AnnotatePass
     from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module, format_table
 
-    filename, text = read_text(input_file)
-    engine = diagnostics.DiagnosticEngine()
-    with diagnostics.collecting(engine), make_context() as context:
-        try:
-            module = parse_module(text, filename, context)
-        except ParseError as error:
-            fail([diagnostics.Diagnostic(*d) for d in error.diagnostics])
+    with _parsed(input_file) as (filename, module, engine):
         ok = True
         if rules or mesh:
             ok = run_pipeline(module, Pipeline((AnnotatePass(rules=rules or "", mesh=mesh or ""),)))
