@@ -307,6 +307,9 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
     """
     required, partial_operands = [], []
     result_partial = set(wanted[0].unreduced) if wanted else set()
+    # An axis a result is split over cannot also be one it is pending on.
+    result_split = {a for dims in rule.results for dim_axes in layout(p, dims, axes).dim_axes
+                    for a in dim_axes}
     for index, (operand, dims) in enumerate(zip(op.operands, rule.operands)):
         if shape_of(operand) is None:
             required.append(None)
@@ -323,6 +326,7 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
                 and index in rule.linear_operands and set(source.unreduced) <= result_partial
                 and set(source.unreduced).isdisjoint(
                     a for dim_axes in operand_layout.dim_axes for a in dim_axes)
+                and set(source.unreduced).isdisjoint(result_split)
                 and not (rule.unreduced is UnreducedFlow.SEPARATE and partial_operands)):
             operand_layout = dataclasses.replace(operand_layout, unreduced=source.unreduced,
                                                  reduction=source.reduction)

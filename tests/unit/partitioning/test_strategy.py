@@ -127,3 +127,31 @@ def test_a_matmul_may_split_a_dim_neither_side_splits_when_that_moves_less():
     got, = ss.run(partitioned, [x, w])
     want, = ss.run_single_device(FSDP_MATMUL, [x, w])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+PARTIAL_INTO_A_SPLIT_RESULT = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
+  func.func @main(%a: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"},
+                  %w: tensor<16x8xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"},
+                  %b: tensor<8x8xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"})
+      -> (tensor<8x8xf32> {mhlo.sharding = "{replicated}"}) {
+    %0 = stablehlo.dot_general %a, %w, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"} : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %1 = stablehlo.dot_general %0, %b, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"} : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+    %2 = stablehlo.custom_call @Sharding(%1) {mhlo.sharding = "{replicated}"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %2 : tensor<8x8xf32>
+  }
+}
+"""
+
+
+def test_a_partial_does_not_flow_into_a_result_split_over_its_axis():
+    # %0 is pending a sum over x; %1 is linear in it, but the plan that keeps
+    # %b's columns where they are splits %1's columns over x too, and a value
+    # cannot be split over the axis it is pending on.  That plan sums %0
+    # first (it used to build the impossible layout and fail).
+    partitioned = ss.partition(PARTIAL_INTO_A_SPLIT_RESULT)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(shape).astype(np.float32) for shape in [(8, 16), (16, 8), (8, 8)]]
+    got = np.asarray(ss.run(partitioned, inputs)[0])
+    want = np.asarray(ss.run_single_device(PARTIAL_INTO_A_SPLIT_RESULT, inputs)[0])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
