@@ -19,7 +19,7 @@ from stablehlo_spmd.hlo_sharding import HloSharding, format_hlo_sharding, parse_
 from stablehlo_spmd.ir import make_context, parse_module, print_module
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.passes.annotate import AnnotatePass
-from stablehlo_spmd.passes.auto_shard import AutoShardPass
+from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module
 from stablehlo_spmd.passes.partition import PartitionPass
 from stablehlo_spmd.passes.propagate import PropagatePass
 from stablehlo_spmd.pipeline import Pipeline, parse_pipeline, run_pipeline
@@ -109,7 +109,7 @@ def partition(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet 
 def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = None,
                rules: Iterable[Any] | str | RuleSet = (), bandwidth: str | dict | None = None,
                latency: float = 0.0, time_limit: float = 60.0,
-               filename: str = "<input>") -> str:
+               measure_memory: bool | None = None, filename: str = "<input>") -> str:
     """Choose every value's sharding over `mesh` within `memory_budget` bytes per device.
 
     `memory_budget` is an int or a string like ``"2GiB"``; None means no
@@ -118,6 +118,14 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
     ``"data=25e9,model=300e9"``, bytes per second per axis) makes the search
     minimize seconds instead of bytes.  The result is an annotated module:
     ``partition(auto_shard(...))`` partitions it with the mesh it names.
+
+    With a budget, each plan is partitioned and compiled for jax's default
+    backend, and XLA's own memory analysis decides whether it fits (the
+    search's estimate steers it; see `passes.auto_shard._fit_measured`).
+    `measure_memory` None does so where this process has the mesh's
+    devices and warns where it has not; True insists; False keeps to the
+    estimate.
+
     Raises `SpmdError` when no plan fits the budget, naming the smallest one
     that does, or when the solver finds none within `time_limit` seconds
     (per solve).
@@ -127,10 +135,37 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
     if isinstance(bandwidth, dict):
         bandwidth = ",".join(f"{axis}={speed}" for axis, speed in bandwidth.items())
     budget = "" if memory_budget is None else str(memory_budget)
-    pipeline = Pipeline((AnnotatePass(rules=rule_set),
-                         AutoShardPass(memory_budget=budget, bandwidth=bandwidth or "",
-                                       latency=latency, time_limit=time_limit)))
-    return run_passes(text, pipeline, filename)
+    options = AutoShardPass(memory_budget=budget, bandwidth=bandwidth or "", latency=latency,
+                            time_limit=time_limit)
+    check = None if measure_memory is False else memory_check(bool(measure_memory))
+    engine = DiagnosticEngine()
+    with make_context() as context, diagnostics.collecting(engine):
+        module = parse_module(text, filename, context)
+        ok = run_pipeline(module, Pipeline((AnnotatePass(rules=rule_set),)))
+        ok = ok and auto_shard_module(module.operation, options, check) is not None
+        _surface(engine)
+        if not ok:
+            raise SpmdError("pass pipeline failed")
+        return print_module(module, debug_info=True)
+
+
+def memory_check(required: bool = False):
+    """For `auto_shard_module`: given a plan's mesh, a function that
+    partitions an annotated module, compiles it for jax's default backend
+    and returns XLA's memory analysis of it (bytes per device); None where
+    this process lacks the mesh's devices, unless `required`, in which case
+    measuring fails with the runtime's error."""
+    from stablehlo_spmd import runtime
+
+    def measure(annotated: str) -> float:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # the search's own trial plans, not the user's
+            return float(runtime.memory_per_device(partition(annotated)))
+
+    def check(mesh: Mesh):
+        return measure if required or runtime.has_devices(mesh.size) else None
+
+    return check
 
 
 def spmd_jit(fn, mesh: Any, rules: Iterable[Any] | str | RuleSet):

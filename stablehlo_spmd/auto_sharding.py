@@ -151,6 +151,10 @@ class Plan:
     units: int
     unit_classes: int
     cost_in_seconds: bool = False
+    # XLA's own memory analysis of the partitioned plan, where the pass was
+    # given a way to compile it; and how many plans it measured.
+    measured_memory: float | None = None
+    measured_plans: int = 0
 
 
 # ------------------------------------------------------------------ strategies
@@ -415,11 +419,15 @@ def search(graph: Graph, memory_budget: float | None = None,
            cost_model: CostModel = CostModel(), time_limit: float = 60.0,
            cluster: bool = True) -> Plan:
     """The cheapest layouts for `graph` within `memory_budget` bytes per device."""
-    return _Search(graph, cost_model, cluster).solve(memory_budget, time_limit)
+    return Search(graph, cost_model, cluster).solve(memory_budget, time_limit)
 
 
-class _Search:
-    def __init__(self, graph: Graph, cost_model: CostModel, cluster: bool):
+class Search:
+    """One program's problem, built once: `solve` may be called again with
+    another budget (the measured-memory loop of the pass) and reuses every
+    strategy, cost matrix and memory term."""
+
+    def __init__(self, graph: Graph, cost_model: CostModel = CostModel(), cluster: bool = True):
         started = time.perf_counter()
         self.graph = graph
         self.cost_model = cost_model
@@ -473,6 +481,8 @@ class _Search:
             self._add_node(index)
         self.build_seconds = time.perf_counter() - started
         self.variable_classes = self._cluster() if cluster else list(range(len(self.units)))
+        self._built = None
+        self._cuts: list[int] = []
 
     # --------------------------------------------------------------- build
 
@@ -788,26 +798,36 @@ class _Search:
         consumer = self.graph.nodes[self.consumers[value][0][0]]
         return not _is_contraction(consumer.rule)
 
-    def solve(self, memory_budget: float | None, time_limit: float) -> Plan:
+    def _problem(self):
+        """(the 0-1 program, memory terms, tie-break weight), built on first use."""
+        if self._built is None:
+            linear, blocks = self._edges()
+            memory = self._memory_terms()
+            # Among plans that move as much, the one that holds less: a millionth
+            # of a byte moved per byte held breaks ties and decides nothing else.
+            tie_break = TIE_BREAK / max((speed for _, speed in self.cost_model.bandwidths),
+                                        default=1.0)
+            for _value, unit, per_device, _born, _last in memory:
+                linear[unit] = linear[unit] + tie_break * per_device
+            self._built = (_Milp(self.units, self.variable_classes, linear, blocks), memory,
+                           tie_break)
+        return self._built
+
+    def solve(self, memory_budget: float | None, time_limit: float = 60.0) -> Plan:
         started = time.perf_counter()
-        linear, blocks = self._edges()
-        memory = self._memory_terms()
-        # Among plans that move as much, the one that holds less: a millionth
-        # of a byte moved per byte held breaks ties and decides nothing else.
-        tie_break = TIE_BREAK / max((speed for _, speed in self.cost_model.bandwidths),
-                                    default=1.0)
-        for _value, unit, per_device, _born, _last in memory:
-            linear[unit] = linear[unit] + tie_break * per_device
-        problem = _Milp(self.units, self.variable_classes, linear, blocks)
-        cuts: list[int] = []
+        problem, memory, tie_break = self._problem()
+        # A point that overflowed one budget is worth bounding at the next.
+        cuts: list[int] = self._cuts
         points = sorted({t for *_, b, l in memory for t in (b, l)})
         choice = None
         reference = None
         for _round in range(12):
             rows = [self._memory_row(memory, t, reference) for t in cuts]
-            choice = problem.solve(rows, memory_budget, time_limit)
+            # The limit is the whole solve's, cutting-plane rounds and all.
+            left = max(1e-9, started + time_limit - time.perf_counter())
+            choice = problem.solve(rows, memory_budget, left)
             if choice is None:
-                smallest = self._smallest_peak(problem, memory, points, cuts, time_limit)
+                smallest, _ = self._smallest_peak(problem, memory, points, cuts, time_limit)
                 raise InfeasibleBudget(
                     f"no plan fits a memory budget of {format_bytes(memory_budget)} per device; "
                     f"the smallest budget found feasible is {format_bytes(smallest)} "
@@ -823,6 +843,32 @@ class _Search:
         strategies, objective = choice
         objective = max(0.0, objective - tie_break * sum(
             per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
+        return self._plan(strategies, objective, points, started)
+
+    def least_memory(self, time_limit: float = 60.0) -> Plan:
+        """The plan with the least estimated peak memory, whatever it moves."""
+        started = time.perf_counter()
+        problem, memory, _ = self._problem()
+        points = sorted({t for *_, b, l in memory for t in (b, l)})
+        _, strategies = self._smallest_peak(problem, memory, points, self._cuts, time_limit)
+        objective = self._objective(strategies)
+        return self._plan(strategies, objective, points, started)
+
+    def _objective(self, strategies: list[int]) -> float:
+        """What a plan moves, by the search's own prices."""
+        problem, memory, tie_break = self._problem()
+        linear, blocks = problem.parts
+        total = -tie_break * sum(per_device[strategies[unit]]
+                                 for _v, unit, per_device, _b, _l in memory)
+        total += sum(linear[unit][strategies[unit]] for unit in range(len(self.units))
+                    if math.isfinite(linear[unit][strategies[unit]]))
+        chosen = dict(zip(self.variable_classes, strategies))
+        total += sum(matrix[chosen[a], chosen[b]] for (a, b), matrix in blocks.items()
+                     if math.isfinite(matrix[chosen[a], chosen[b]]))
+        return max(0.0, total)
+
+    def _plan(self, strategies: list[int], objective: float, points, started: float) -> Plan:
+        problem, memory, _ = self._problem()
         peak, _ = self._peak(memory, strategies, points)
         layouts, why = self._write(strategies)
         solve_seconds = time.perf_counter() - started
@@ -831,24 +877,29 @@ class _Search:
                     len(set(self.variable_classes)), bool(self.cost_model.bandwidths))
 
     def _smallest_peak(self, problem: "_Milp", memory, points, cuts: list[int],
-                       time_limit: float) -> float:
+                       time_limit: float) -> tuple[float, list[int]]:
         """The least peak memory of any plan, by the same cutting planes:
         minimize the peak over the cut points, measure the plan everywhere,
         cut where it overflows, until the measured peak is the minimized one."""
         cuts = list(cuts)
-        best = math.inf
+        best, best_strategies = math.inf, []
         reference = None
+        deadline = time.perf_counter() + time_limit
         for _round in range(12):
             rows = [self._memory_row(memory, t, reference) for t in cuts]
-            strategies, bound = problem.solve(rows, None, time_limit, minimize_peak=True)
+            if best_strategies and time.perf_counter() >= deadline:
+                break
+            left = max(1e-9, deadline - time.perf_counter())
+            strategies, bound = problem.solve(rows, None, left, minimize_peak=True)
             peak, at = self._peak(memory, strategies, points)
-            best = min(best, peak)
+            if peak < best:
+                best, best_strategies = peak, strategies
             if peak <= bound * (1 + 1e-9) or (at in cuts and reference == strategies):
                 break
             reference = strategies
             if at not in cuts:
                 cuts.append(at)
-        return best
+        return best, best_strategies
 
     def _layouts_of(self, value: int) -> tuple[int, list[Sharding]] | None:
         """`value_layouts`, and for a value built from scalars its consumer's reading."""
@@ -1058,6 +1109,7 @@ class _Milp:
         self.variables = len(self.objective)
         self.constraints = len(self.rows)
         self.classes = classes
+        self.parts = (linear, blocks)   # to price a plan found otherwise
 
     def solve(self, memory_rows, budget, time_limit, minimize_peak: bool = False):
         from scipy import sparse

@@ -564,6 +564,24 @@ def compile(partitioned_text: str, devices: Sequence[Any] | None = None,
     return _compile(partitioned_text, devices, filename, single_device=False)
 
 
+def memory_per_device(partitioned_text: str) -> int:
+    """Bytes per device XLA's memory analysis gives the compiled module:
+    arguments, outputs and temporaries, less what outputs alias."""
+    stats = compile(partitioned_text).memory_analysis()
+    return (stats.argument_size_in_bytes + stats.output_size_in_bytes
+            + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+
+
+def has_devices(n: int) -> bool:
+    """Whether this process can compile for `n` devices (on CPU it asks for
+    `n` host devices while jax's backends have not started)."""
+    try:
+        ensure_host_devices(n)
+        return _available_devices(n) is not None
+    except DeviceError:
+        return False
+
+
 def _compile(text: str, devices, filename: str | None, single_device: bool) -> "Executable":
     return _executable(_read_module(text, filename, single_device), text, devices, filename,
                        single_device)

@@ -96,16 +96,23 @@ def explain_command(input_file: str, rules: str | None) -> None:
 @click.option("--explain", is_flag=True, help="Say for every op why it got its sharding.")
 @click.option("--time-limit", type=float, default=60.0, metavar="SECONDS",
               help="Seconds the solver may take per solve (default: 60).")
+@click.option("--measure-memory/--estimate-memory", default=None,
+              help="Check each plan against the budget by XLA's memory analysis of it, "
+                   "compiled here (default: where this process has the mesh's devices), "
+                   "or keep to the search's estimate.")
 @click.option("-o", "output_file", default="-", metavar="OUTPUT", help="Output file ('-' is stdout).")
 def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, bandwidth: str,
                        latency: float, rules: str | None, explain: bool, time_limit: float,
-                       output_file: str) -> None:
+                       measure_memory: bool | None, output_file: str) -> None:
     """Choose every value's sharding from a mesh and a memory budget.
 
     Writes the annotated module (ready for spmd-propagate and spmd-partition)
     and prints to stderr the chosen sharding of every argument and of the
     largest activations, the estimated collective bytes and peak memory per
-    device, and the solve time."""
+    device, and the solve time.  With a budget, each plan is checked by
+    XLA's memory analysis of it, compiled here, and searched again where
+    the estimate was wrong."""
+    from stablehlo_spmd.api import memory_check
     from stablehlo_spmd.passes.annotate import AnnotatePass
     from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module, format_table
 
@@ -113,9 +120,11 @@ def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, ba
         ok = True
         if rules or mesh:
             ok = run_pipeline(module, Pipeline((AnnotatePass(rules=rules or "", mesh=mesh or ""),)))
+        check = None if measure_memory is False else memory_check(bool(measure_memory))
         result = auto_shard_module(module.operation, AutoShardPass(
             memory_budget=memory_budget, bandwidth=bandwidth, latency=latency,
-            explain=explain, time_limit=time_limit)) if ok and not engine.errors else None
+            explain=explain, time_limit=time_limit), check) \
+            if ok and not engine.errors else None
         output = print_module(module.operation) if result is not None else None
     for diagnostic in engine.diagnostics:
         if diagnostic.severity == "remark":

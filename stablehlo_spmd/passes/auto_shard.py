@@ -19,6 +19,13 @@ leading index is the argument's after its leading key, with the same type
 argument).  Gradients and optimizer state then follow their parameters
 through the update's element-wise ops.
 
+The estimate of peak memory is the search's; XLA's memory analysis of the
+compiled plan is the truth.  A pass cannot compile, so `auto_shard_module`
+takes a `memory_check` from the layer above (`api.memory_check`, used by
+``ss.auto_shard`` and the ``auto-shard`` command) and, with a budget, checks
+each plan by it and searches again where the estimate was wrong
+(`_fit_measured`).  The textual pass uses the estimate alone.
+
 Options:
   mesh           axis sizes, ``data=4,model=2`` (else the module's mesh)
   memory-budget  bytes per device: ``2GiB``, ``512MB``, ``1000000`` (empty: no limit)
@@ -32,15 +39,17 @@ Options:
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
-from typing import ClassVar
+import time
+from typing import Callable, ClassVar
 
 from jaxlib.mlir import ir
 
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.auto_sharding import (
-    CostModel, Graph, InfeasibleBudget, Plan, SearchTimeLimit, format_bytes, search)
-from stablehlo_spmd.errors import ShardingError
+    CostModel, Graph, InfeasibleBudget, Plan, Search, SearchTimeLimit, format_bytes)
+from stablehlo_spmd.errors import ShardingError, SpmdError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     import_shardy, module_mesh, untuple_custom_calls)
@@ -115,8 +124,21 @@ class AutoShardPass(ModulePass):
         auto_shard_module(module, self)
 
 
-def auto_shard_module(module: ir.Operation, options: AutoShardPass) -> AutoShardResult | None:
-    """Run the search on `module` and write its plan; None after reporting an error."""
+MemoryCheck = Callable[[Mesh], "Callable[[str], float] | None"]
+
+
+def auto_shard_module(module: ir.Operation, options: AutoShardPass,
+                      memory_check: MemoryCheck | None = None) -> AutoShardResult | None:
+    """Run the search on `module` and write its plan; None after reporting an error.
+
+    `memory_check`, where given, is how the layer above (`api.memory_check`)
+    reaches XLA's own memory analysis, which a pass cannot: for the plan's
+    mesh, a function from an annotated module's text to the bytes per
+    device its compiled partitioned program holds, or None where it cannot
+    compile here (then the estimate stands, with a warning).  With a
+    budget, every plan is checked by it and searched again where the
+    estimate was wrong (`_fit_measured`).
+    """
     try:
         budget = parse_bytes(options.memory_budget)
         cost_model = CostModel(parse_bandwidths(options.bandwidth), options.latency)
@@ -124,6 +146,45 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass) -> AutoShard
     except (ValueError, ShardingError) as error:
         diagnostics.error(module.location, f"spmd-auto-shard: {error}")
         return None
+    pristine = module.get_asm(enable_debug_info=True) if memory_check and budget else None
+    found = _read(module, mesh)
+    if found is None:
+        return None
+    graph, mesh = found
+    entry = _entry_name(graph)
+    where = graph.functions[entry].location
+    measure = memory_check(mesh) if pristine is not None else None
+    if pristine is not None and measure is None:
+        diagnostics.warning(where, "spmd-auto-shard: the plan's memory is the search's estimate "
+                            f"only: this process cannot compile for the mesh's {mesh.size} "
+                            "devices to measure it")
+    searcher = Search(_search_graph(graph, mesh, entry), cost_model)
+    try:
+        if measure is None:
+            plan = searcher.solve(budget, options.time_limit)
+        else:
+            plan = _fit_measured(searcher, budget, options.time_limit,
+                                 lambda p: measure(_planned_text(pristine, module.context, mesh, p)))
+    except (InfeasibleBudget, SearchTimeLimit) as error:
+        diagnostics.error(where, f"spmd-auto-shard: {error}")
+        return None
+    except SpmdError as error:   # from compiling a plan to measure it
+        diagnostics.error(where, f"spmd-auto-shard: cannot measure a plan's memory: {error}")
+        return None
+    _write_plan(module, graph, mesh, plan)
+    if options.explain:
+        solver = graph.solver
+        for node, op in zip(graph.nodes, graph.node_ops):
+            if node.is_tie or op is None or not node.results or node.results[0] == NO_VALUE:
+                continue
+            value = node.results[0]
+            diagnostics.remark(op.location, f"{solver.sharding(value)}: {plan.why[value]}")
+    return AutoShardResult(plan, mesh, budget, _rows(graph, plan, entry))
+
+
+def _read(module: ir.Operation, mesh: Mesh | None) -> tuple[ModuleGraph, Mesh] | None:
+    """The module's propagation graph and its mesh (`mesh`, else the
+    module's own); None after reporting why there is none."""
     try:
         import_shardy(module, lower_manual=True)
         untuple_custom_calls(module)
@@ -137,15 +198,10 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass) -> AutoShard
                           "mesh=data=4,model=2 (or --mesh), or annotate the module first")
         return None
     graph = ModuleGraph.build(module, mesh)
-    if graph is None:
-        return None
-    entry = _entry_name(graph)
-    search_graph = _search_graph(graph, mesh, entry)
-    try:
-        plan = search(search_graph, budget, cost_model, options.time_limit)
-    except (InfeasibleBudget, SearchTimeLimit) as error:
-        diagnostics.error(graph.functions[entry].location, f"spmd-auto-shard: {error}")
-        return None
+    return None if graph is None else (graph, mesh)
+
+
+def _write_plan(module: ir.Operation, graph: ModuleGraph, mesh: Mesh, plan: Plan) -> None:
     solver = graph.solver
     for value, layout in enumerate(plan.layouts):
         if layout is None:
@@ -155,13 +211,113 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass) -> AutoShard
                                           layout.reduction, state.closed_dims, state.pinned,
                                           state.reserved)
     graph.write(module, mesh, False, False)
-    if options.explain:
-        for node, op in zip(graph.nodes, graph.node_ops):
-            if node.is_tie or op is None or not node.results or node.results[0] == NO_VALUE:
-                continue
-            value = node.results[0]
-            diagnostics.remark(op.location, f"{solver.sharding(value)}: {plan.why[value]}")
-    return AutoShardResult(plan, mesh, budget, _rows(graph, plan, entry))
+
+
+def _planned_text(pristine: str, context: ir.Context, mesh: Mesh, plan: Plan) -> str:
+    """`plan` written into a fresh copy of the module, as text.  The copy is
+    read the way the module was, so its value numbers are the plan's."""
+    copy = ir.Module.parse(pristine, context).operation
+    graph, _ = _read(copy, mesh)
+    _write_plan(copy, graph, mesh, plan)
+    return copy.get_asm(enable_debug_info=True)
+
+
+# How far under the budget a measured plan may fall before a larger estimate
+# is tried, and how many plans one search may measure.
+MEASURED_SLACK = 0.1
+MEASURED_PLANS = 4
+
+
+def _fit_measured(searcher: Search, budget: float, time_limit: float,
+                  measure: Callable[[Plan], float]) -> Plan:
+    """The cheapest plan that fits `budget` by XLA's own memory analysis.
+
+    The search's liveness estimate is a model of XLA's buffer assignment
+    (which fuses, schedules and pads as it sees fit), and on real models it
+    is off by a tenth to a third either way.  So each plan is measured, and
+    the search is run again under the budget scaled by how far this plan's
+    estimate was from its measurement: lower when the plan overflowed,
+    higher when it left more than `MEASURED_SLACK` unused and a larger plan
+    would move less (never as high as an estimate that overflowed before).  The
+    search's problem is built once and reused, and the whole loop keeps
+    within `time_limit`.  Without a plan that fits, the plan of least
+    estimated memory is measured too, and the error names the least memory
+    measured: a budget some plan fits.
+    """
+    deadline = time.perf_counter() + time_limit
+    best: Plan | None = None
+    smallest = math.inf
+    seen: list[list] = []
+    overflowed = math.inf    # the least estimate of a plan that overflowed
+    limit = budget
+    out_of_time = False
+    unlimited: list[float] = []
+
+    def free_cost(deadline: float) -> float:
+        """What the cheapest plan of any size moves: whether memory bound this one."""
+        if not unlimited:
+            try:
+                unlimited.append(searcher.solve(None, max(0.05, deadline - time.perf_counter())).cost)
+            except SearchTimeLimit:
+                unlimited.append(math.inf)
+        return unlimited[0]
+
+    try:
+        plan = searcher.solve(limit, time_limit)
+    except InfeasibleBudget:
+        plan = searcher.least_memory(time_limit)   # the estimate may be too high
+    count = 0
+    while True:
+        count += 1
+        measured = measure(plan)
+        plan = dataclasses.replace(plan, measured_memory=measured, measured_plans=count)
+        smallest = min(smallest, measured)
+        seen.append(plan.layouts)
+        fits = measured <= budget
+        if fits and (best is None or plan.cost < best.cost):
+            best = plan
+        if not fits:
+            overflowed = min(overflowed, plan.peak_memory)
+        if fits and (measured >= (1 - MEASURED_SLACK) * budget
+                     or plan.cost <= free_cost(deadline) * (1 + 1e-6)):
+            break   # near the budget, or as cheap as any plan of any size
+        limit = plan.peak_memory * budget / measured
+        if limit >= overflowed:
+            limit = (plan.peak_memory + overflowed) / 2
+        remaining = deadline - time.perf_counter()
+        out_of_time = remaining <= 0
+        if count == MEASURED_PLANS or out_of_time or abs(limit - plan.peak_memory) < 1e-3 * budget:
+            break
+        try:
+            plan = searcher.solve(limit, remaining)
+        except InfeasibleBudget:
+            break
+        except SearchTimeLimit:
+            out_of_time = True
+            break
+        if plan.layouts in seen:
+            break
+    remaining = deadline - time.perf_counter()
+    out_of_time = out_of_time or remaining <= 0
+    if best is None and not out_of_time:
+        least = searcher.least_memory(remaining)
+        if least.layouts not in seen:
+            count += 1
+            measured = measure(least)
+            smallest = min(smallest, measured)
+            if measured <= budget:
+                best = dataclasses.replace(least, measured_memory=measured)
+    if best is None and out_of_time:
+        raise SearchTimeLimit(
+            f"no plan found within the time limit of {time_limit:g} s fits a memory budget of "
+            f"{format_bytes(budget)} per device by XLA's memory analysis (the least measured "
+            f"was {format_bytes(smallest)}); give the search more time (time-limit)")
+    if best is None:
+        raise InfeasibleBudget(
+            f"no plan fits a memory budget of {format_bytes(budget)} per device by XLA's "
+            f"memory analysis; the smallest budget found feasible is {format_bytes(smallest)} "
+            f"({int(smallest)} bytes)", smallest)
+    return dataclasses.replace(best, measured_plans=count)
 
 
 def _entry_name(graph: ModuleGraph) -> str:
@@ -284,8 +440,12 @@ def format_table(result: AutoShardResult) -> str:
         f"{format_bytes(plan.peak_memory)} per device",
         f"  search: {plan.build_seconds + plan.solve_seconds:.2f} s ({plan.variables} ILP "
         f"variables, {plan.constraints} constraints; {plan.units} decision units in "
-        f"{plan.unit_classes} classes after clustering repeated layers)",
-        ""]
+        f"{plan.unit_classes} classes after clustering repeated layers)"]
+    if plan.measured_memory is not None:
+        lines.append(f"  memory by XLA's analysis of the compiled plan: "
+                     f"{format_bytes(plan.measured_memory)} per device ({plan.measured_plans} "
+                     f"plan{'s' if plan.measured_plans != 1 else ''} measured)")
+    lines.append("")
     width = min(60, max((len(name) for _, name, *_ in result.rows), default=10))
     shard_width = max((len(s) for _, _, s, *_ in result.rows), default=10)
     lines.append(f"  {'kind':<10} {'value':<{width}} {'sharding':<{shard_width}} {'size':>10}  why")

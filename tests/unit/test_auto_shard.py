@@ -116,6 +116,70 @@ def test_infeasible_budget_names_the_smallest_feasible_one():
     assert "mhlo.sharding" in planned
 
 
+def _scaled_xla(factor: float):
+    """A memory check that reports `factor` times XLA's real analysis of each
+    plan: an allocator that needs more (or less) than the search estimates."""
+    measured = []
+
+    def check(mesh):
+        real = ss.api.memory_check(required=True)(mesh)
+
+        def measure(annotated: str) -> float:
+            measured.append(factor * real(annotated))
+            return measured[-1]
+
+        return measure
+
+    return check, measured
+
+
+def test_a_plan_xla_says_overflows_is_searched_again():
+    """With room to replicate both weights by the estimate (3 MiB), but an
+    allocator needing twice what XLA says, data parallel (about 2 MiB
+    really) does not fit: the search is run again under a smaller estimate,
+    and the plan it returns is one the measurement says fits."""
+    check, measured = _scaled_xla(2.0)
+    engine = diagnostics.DiagnosticEngine()
+    with make_context() as context, diagnostics.collecting(engine):
+        module = parse_module(_batch_split_output(), "<test>", context)
+        unmeasured = auto_shard_module(module, AutoShardPass(memory_budget="3MiB"))
+        assert unmeasured.plan.cost == pytest.approx(0, abs=1e-3)   # data parallel
+        module = parse_module(_batch_split_output(), "<test>", context)
+        result = auto_shard_module(module, AutoShardPass(memory_budget="3MiB"), check)
+        planned = module.get_asm(enable_debug_info=False)
+    assert not engine.errors
+    assert measured[0] > 3 * 2**20                       # the first plan overflowed
+    assert result.plan.measured_memory <= 3 * 2**20
+    assert result.plan.measured_plans >= 2
+    assert result.plan.cost > 0
+    assert _argument_shardings(planned)[1] != "{replicated}"
+
+
+def test_a_plan_xla_says_has_room_to_spare_is_searched_again_larger():
+    """The other way: by the estimate only the split weights fit 1.5 MiB,
+    but an allocator needing half of what XLA says fits data parallel,
+    which moves nothing."""
+    check, measured = _scaled_xla(0.5)
+    engine = diagnostics.DiagnosticEngine()
+    with make_context() as context, diagnostics.collecting(engine):
+        module = parse_module(_batch_split_output(), "<test>", context)
+        unmeasured = auto_shard_module(module, AutoShardPass(memory_budget="1.5MiB"))
+        assert unmeasured.plan.cost > 0
+        module = parse_module(_batch_split_output(), "<test>", context)
+        result = auto_shard_module(module, AutoShardPass(memory_budget="1.5MiB"), check)
+    assert not engine.errors
+    assert result.plan.cost == pytest.approx(0, abs=1e-3)
+    assert result.plan.measured_memory <= 1.5 * 2**20
+    assert len(measured) >= 2
+
+
+def test_without_the_mesh_s_devices_the_estimate_stands_with_a_warning():
+    with pytest.warns(ss.SpmdWarning, match="estimate only: this process cannot compile for "
+                                            "the mesh's 16 devices"):
+        planned = ss.auto_shard(_mlp_text(), "x=16", memory_budget="4MiB")
+    assert "mhlo.sharding" in planned
+
+
 def _auto_shard_cli(source, output, budget: str, *more: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "stablehlo_spmd.cli.main", "auto-shard",
                            str(source), "--mesh", "x=8", "--memory-budget", budget, *more,
@@ -152,6 +216,8 @@ def test_cli_prints_the_plan_table(tmp_path):
     run = _auto_shard_cli(source, output, "1MiB")
     assert run.returncode == 0, run.stderr
     assert "estimated collectives per step: 14.00 KiB per device" in run.stderr
+    assert re.search(r"memory by XLA's analysis of the compiled plan: [0-9.]+ KiB per device",
+                     run.stderr)
     assert re.search(r"argument\s+w1\s+\(None, 'x'\)\s", run.stderr)
     assert "searched:" in run.stderr
     assert _argument_shardings(output.read_text())[1] == "{devices=[1,8]<=[8]}"
