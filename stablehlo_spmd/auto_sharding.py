@@ -460,6 +460,7 @@ class Search:
                 if value != NO_VALUE:
                     self.consumers[value].append((index, position))
         arguments = {self.root[v] for v in graph.arguments}
+        self.argument_roots = arguments
         pinned_roots: dict[int, Sharding] = {}
         for value, sharding in graph.pins.items():
             pinned_roots.setdefault(self.root[value], sharding)
@@ -727,34 +728,42 @@ class Search:
         return linear, blocks
 
     def _memory_terms(self):
-        """Per value class: (unit, bytes per device per strategy, born, last use).
+        """Per buffer: (class root, unit, bytes per device per strategy, born, last use).
 
-        A class is one buffer (a function result and the value returned, a
-        call's operand and the callee's argument), live from its first
-        definition to its last use in program order; arguments and results
-        live throughout, as XLA's memory analysis counts them.  A value XLA
-        fuses into its one consumer (an element-wise op or a broadcast read
-        by anything but a contraction) is never a buffer of its own.
+        Tied values share a layout, but not always a buffer.  A function result
+        and the value returned, a call's operand and the callee's argument, are
+        one buffer: their spans touch at the tie.  A callee called from two
+        layers ties both calls' values into one class, and those are two
+        buffers, one per call: so a class holds one buffer per run of
+        overlapping member spans, each member live from its definition (its
+        first read, where nothing in the graph defines it) to its last use in
+        program order.  Arguments and results live throughout: XLA gives each
+        its own allocation, never shared with a temporary, and its memory
+        analysis counts them so.  A value XLA fuses into its one consumer (an
+        element-wise op or a broadcast read by anything but a contraction) is
+        never a buffer of its own.
         """
         graph = self.graph
         end = len(graph.nodes)
-        born: dict[int, int] = {}
-        last: dict[int, int] = {}
+        spans: dict[int, list[int]] = {}
         producer_of: dict[int, int] = {}
         for index, node in enumerate(graph.nodes):
             for value in node.results:
                 if value != NO_VALUE:
-                    root = self.root[value]
-                    born.setdefault(root, index)
+                    spans.setdefault(value, [index, index])
                     producer_of.setdefault(value, index)
             for value in node.operands:
                 if value != NO_VALUE:
-                    root = self.root[value]
-                    last[root] = max(last.get(root, 0), index)
-        for value in (*graph.outputs, *graph.arguments):
-            last[self.root[value]] = end
-        for value in graph.arguments:
-            born[self.root[value]] = 0
+                    span = spans.setdefault(value, [index, index])
+                    span[1] = max(span[1], index)
+        # Each argument and each result is its own buffer for the whole
+        # program (a step's updated parameter is tied to the parameter, but
+        # without donation XLA holds both); a class's other values live in them.
+        held_throughout = collections.Counter(self.root[v]
+                                              for v in (*graph.outputs, *graph.arguments))
+        members: dict[int, list[tuple[int, int, int]]] = collections.defaultdict(list)
+        for value, (first, last) in spans.items():
+            members[self.root[value]].append((first, last, value))
         # A read in another layout than the value's is a copy; reads of one
         # value in one layout share it (CSE), from the first to the last.
         self.reads: dict[int, list] = collections.defaultdict(list)   # value -> reads
@@ -774,29 +783,37 @@ class Search:
                 self.reads[value].append((index, unit, wanted, sizes))
                 self.read_sources[value] = found
         terms = []
-        for root in sorted(set(self.root)):
-            if self._fused(root, producer_of):
-                continue
+        for root in sorted(members):
             found = self._layouts_of(root)
             if found is None:
                 continue
             unit, layouts = found
             per_device = np.array([self.nbytes[root] / _shards(self.layouts, l) for l in layouts])
-            start = born.get(root, 0)
-            terms.append((root, unit, per_device, start, max(last.get(root, start), start)))
+            if held_throughout[root]:
+                terms.extend([(root, unit, per_device, 0, end)] * held_throughout[root])
+                continue
+            for start, last, values in _merged(members[root]):
+                if not self._fused(values, producer_of):
+                    terms.append((root, unit, per_device, start, last))
         return terms
 
-    def _fused(self, value: int, producer_of: dict[int, int]) -> bool:
-        if self.class_size[value] != 1 or len(self.consumers[value]) != 1:
+    def _fused(self, buffer: list[int], producer_of: dict[int, int]) -> bool:
+        """Whether XLA's loop fusion computes the values of `buffer` (tied
+        values, one buffer) inside their one reader: an element-wise op, a
+        broadcast, a reshape or transpose that keeps the elements' order, or
+        a value built from scalars, read by anything but a contraction.  XLA inlines calls before it fuses, so the ties of
+        a call are seen through."""
+        producers = [producer_of[v] for v in buffer
+                     if v in producer_of and not self.graph.nodes[producer_of[v]].is_tie]
+        readers = [read for v in buffer for read in self.consumers[v]]
+        if len(producers) != 1 or len(readers) != 1:
             return False
-        producer = producer_of.get(value)
-        if producer is None:
+        node = self.graph.nodes[producers[0]]
+        built_from_scalars = any(v in self.free_sources for v in buffer)
+        if not (built_from_scalars or node.rule.elementwise or node.is_broadcast
+                or _is_bitcast(node.rule)):
             return False
-        node = self.graph.nodes[producer]
-        if not (node.rule.elementwise or node.is_broadcast or value in self.free_sources):
-            return False
-        consumer = self.graph.nodes[self.consumers[value][0][0]]
-        return not _is_contraction(consumer.rule)
+        return not _is_contraction(self.graph.nodes[readers[0][0]].rule)
 
     def _problem(self):
         """(the 0-1 program, memory terms, tie-break weight), built on first use."""
@@ -949,6 +966,10 @@ class Search:
                     span[3] = min(span[3], time_)
                     span[4] = max(span[4], time_)
             for span in spans.values():
+                if self.root[value] in self.argument_roots:
+                    # XLA combines the independent gathers of arguments into
+                    # one, at the start: each copy lives from there.
+                    span[3] = 0
                 yield value, tuple(span)
 
     def _peak(self, memory, strategies: list[int], points: list[int]) -> tuple[float, int]:
@@ -1018,6 +1039,32 @@ class Search:
                 layouts[value] = self.layouts.get(((),) * len(graph.shapes[value]))
             why[value] = "built from scalars: laid out as its one consumer reads it"
         return layouts, why
+
+
+def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]:
+    """The runs of overlapping (first, last, value) spans: (first, last, values)."""
+    runs: list[tuple[int, int, list[int]]] = []
+    for first, last, value in sorted(spans):
+        if runs and first <= runs[-1][1]:
+            start, end, values = runs[-1]
+            values.append(value)
+            runs[-1] = (start, max(end, last), values)
+        else:
+            runs.append((first, last, [value]))
+    return runs
+
+
+def _is_bitcast(rule: OpRule) -> bool:
+    """A reshape, or a transpose that moves only dimensions of size one: the
+    elements keep their order, so XLA reads the operand's buffer as is."""
+    if len(rule.operands) != 1 or len(rule.results) != 1 or any(rule.windows) \
+            or any(kind is not FactorKind.PASS_THROUGH for kind in rule.factor_kinds):
+        return False
+
+    def order(tensor) -> list[int]:
+        return [f for dim in tensor for f in dim if rule.factor_sizes[f] > 1]
+
+    return order(rule.operands[0]) == order(rule.results[0])
 
 
 def _distinct(items: list, key=id) -> tuple[list, list[int]]:

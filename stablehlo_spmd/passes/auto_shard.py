@@ -226,6 +226,9 @@ def _planned_text(pristine: str, context: ir.Context, mesh: Mesh, plan: Plan) ->
 # is tried, and how many plans one search may measure.
 MEASURED_SLACK = 0.1
 MEASURED_PLANS = 4
+# How far the estimate may be off XLA's analysis: the cheapest plan of any
+# size is measured first when its estimate is within this of the budget.
+ESTIMATE_ERROR = 0.25
 
 
 def _fit_measured(searcher: Search, budget: float, time_limit: float,
@@ -233,60 +236,77 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
     """The cheapest plan that fits `budget` by XLA's own memory analysis.
 
     The search's liveness estimate is a model of XLA's buffer assignment
-    (which fuses, schedules and pads as it sees fit), and on real models it
-    is off by a tenth to a third either way.  So each plan is measured, and
-    the search is run again under the budget scaled by how far this plan's
-    estimate was from its measurement: lower when the plan overflowed,
-    higher when it left more than `MEASURED_SLACK` unused and a larger plan
-    would move less (never as high as an estimate that overflowed before).  The
-    search's problem is built once and reused, and the whole loop keeps
-    within `time_limit`.  Without a plan that fits, the plan of least
-    estimated memory is measured too, and the error names the least memory
-    measured: a budget some plan fits.
+    (which fuses, schedules and combines collectives as it sees fit), and it
+    can be off by several percent either way.  So plans are measured:
+
+    - first the cheapest plan of any size, when its estimate is within
+      `ESTIMATE_ERROR` of the budget: if it fits, nothing can beat it;
+    - then the cheapest plan under the budget, and again under the budget
+      scaled by how far the last measurement was from the budget: a plan that
+      overflowed is searched again below its own estimate, and a plan that
+      left more than `MEASURED_SLACK` unused, where a larger plan would move
+      less, once above the estimate it was searched under (never as high as an
+      estimate that overflowed before).  Opening the search is a gamble on a
+      cheaper plan: if its plan overflows, the plan that fitted stands.
+
+    The search's problem is built once and reused, and the loop keeps within
+    `time_limit` and `MEASURED_PLANS` constrained plans.  Without a plan that
+    fits, the plan of least estimated memory is measured too, and the error
+    names the least memory measured: a budget some plan fits.
     """
     deadline = time.perf_counter() + time_limit
     best: Plan | None = None
     smallest = math.inf
-    seen: list[list] = []
+    seen: list[Plan] = []    # each plan measured, with its measurement
     overflowed = math.inf    # the least estimate of a plan that overflowed
-    limit = budget
-    out_of_time = False
-    unlimited: list[float] = []
-
-    def free_cost(deadline: float) -> float:
-        """What the cheapest plan of any size moves: whether memory bound this one."""
-        if not unlimited:
-            try:
-                unlimited.append(searcher.solve(None, max(0.05, deadline - time.perf_counter())).cost)
-            except SearchTimeLimit:
-                unlimited.append(math.inf)
-        return unlimited[0]
-
-    try:
-        plan = searcher.solve(limit, time_limit)
-    except InfeasibleBudget:
-        plan = searcher.least_memory(time_limit)   # the estimate may be too high
     count = 0
-    while True:
+
+    def measured(plan: Plan) -> Plan:
+        nonlocal best, smallest, count, overflowed
         count += 1
-        measured = measure(plan)
-        plan = dataclasses.replace(plan, measured_memory=measured, measured_plans=count)
-        smallest = min(smallest, measured)
-        seen.append(plan.layouts)
-        fits = measured <= budget
-        if fits and (best is None or plan.cost < best.cost):
-            best = plan
-        if not fits:
+        plan = dataclasses.replace(plan, measured_memory=measure(plan), measured_plans=count)
+        smallest = min(smallest, plan.measured_memory)
+        seen.append(plan)
+        if plan.measured_memory <= budget:
+            if best is None or plan.cost < best.cost:
+                best = plan
+        else:
             overflowed = min(overflowed, plan.peak_memory)
-        if fits and (measured >= (1 - MEASURED_SLACK) * budget
-                     or plan.cost <= free_cost(deadline) * (1 + 1e-6)):
-            break   # near the budget, or as cheap as any plan of any size
-        limit = plan.peak_memory * budget / measured
+        return plan
+
+    free = searcher.solve(None, time_limit)
+    out_of_time = False
+    loosened = False
+    if free.peak_memory <= budget * (1 + ESTIMATE_ERROR):
+        plan, limit = free, math.inf     # if it fits, nothing can beat it
+    else:
+        limit = budget
+        try:
+            plan = searcher.solve(limit, max(1e-9, deadline - time.perf_counter()))
+        except InfeasibleBudget:
+            plan = searcher.least_memory(max(1e-9, deadline - time.perf_counter()))
+        except SearchTimeLimit:
+            plan, out_of_time = None, True
+    for _attempt in range(MEASURED_PLANS):
+        if plan is None or any(plan.layouts == p.layouts for p in seen):
+            break   # no new plan under the new limit
+        plan = measured(plan)
+        fits = plan.measured_memory <= budget
+        if fits and (plan.measured_memory >= (1 - MEASURED_SLACK) * budget
+                     or plan.cost <= free.cost * (1 + 1e-6) or loosened):
+            break   # near the budget, as cheap as any plan of any size, or opened once
+        if not fits and best is not None:
+            break   # the opened search overflowed: the plan that fitted stands
+        loosened = loosened or fits
+        # An overflowing plan is excluded below its own estimate; one with
+        # room to spare opens the search above the limit it was found under.
+        scale = budget / plan.measured_memory
+        limit = limit * scale if fits else plan.peak_memory * scale
         if limit >= overflowed:
-            limit = (plan.peak_memory + overflowed) / 2
+            limit = (max(plan.peak_memory, limit / scale) + overflowed) / 2
         remaining = deadline - time.perf_counter()
         out_of_time = remaining <= 0
-        if count == MEASURED_PLANS or out_of_time or abs(limit - plan.peak_memory) < 1e-3 * budget:
+        if out_of_time or abs(limit - plan.peak_memory) < 1e-3 * budget:
             break
         try:
             plan = searcher.solve(limit, remaining)
@@ -295,18 +315,12 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
         except SearchTimeLimit:
             out_of_time = True
             break
-        if plan.layouts in seen:
-            break
     remaining = deadline - time.perf_counter()
     out_of_time = out_of_time or remaining <= 0
     if best is None and not out_of_time:
         least = searcher.least_memory(remaining)
-        if least.layouts not in seen:
-            count += 1
-            measured = measure(least)
-            smallest = min(smallest, measured)
-            if measured <= budget:
-                best = dataclasses.replace(least, measured_memory=measured)
+        if all(least.layouts != p.layouts for p in seen):
+            measured(least)
     if best is None and out_of_time:
         raise SearchTimeLimit(
             f"no plan found within the time limit of {time_limit:g} s fits a memory budget of "

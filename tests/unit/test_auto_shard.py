@@ -16,6 +16,7 @@ import stablehlo_spmd as ss
 from stablehlo_spmd import demo_model, diagnostics
 from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.ir import make_context, parse_module
+from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module, parse_bytes
 
 HIDDEN, BATCH = 512, 8
@@ -171,6 +172,61 @@ def test_a_plan_xla_says_has_room_to_spare_is_searched_again_larger():
     assert result.plan.cost == pytest.approx(0, abs=1e-3)
     assert result.plan.measured_memory <= 1.5 * 2**20
     assert len(measured) >= 2
+
+
+def _estimate_against_xla(fn, *args, mesh: str = "x=8") -> tuple[float, float]:
+    """(the search's peak-memory estimate, XLA's memory analysis) of the plan
+    of least traffic for `fn` on `mesh`, per device."""
+    result, errors, planned = _plan(ss.export(fn, *args), mesh=mesh)
+    assert not errors
+    xla = ss.api.memory_check(required=True)(Mesh.from_string(mesh))(planned)
+    return result.plan.peak_memory, xla
+
+
+def _two_calls(x, w1, w2):
+    layer = jax.jit(lambda h, w: jnp.tanh(h @ w))
+    return layer(layer(x * 2.0, w1) * 3.0, w2)
+
+
+def _two_inlined(x, w1, w2):
+    def layer(h, w):
+        return jnp.tanh(h @ w)
+    return layer(layer(x * 2.0, w1) * 3.0, w2)
+
+
+def test_a_function_called_twice_holds_its_buffers_once_per_call():
+    """XLA inlines calls before it assigns buffers: a function called from
+    two places costs what the same code written out twice does, and what
+    XLA's analysis says, not one buffer stretched from the first call to
+    the second."""
+    x = np.ones((256, 512), np.float32)
+    w = np.ones((512, 512), np.float32) / 512
+    called, xla = _estimate_against_xla(_two_calls, x, w, w)
+    inlined, _ = _estimate_against_xla(_two_inlined, x, w, w)
+    assert called == pytest.approx(inlined, rel=1e-9)
+    assert called == pytest.approx(xla, rel=0.1)
+
+
+@pytest.mark.parametrize("transpose", [
+    lambda a: a.T,                                            # a copy of its own
+    lambda a: jnp.transpose(a[None], (1, 0, 2))[:, 0],        # a bitcast: no buffer
+], ids=["2d", "unit-dim"])
+def test_a_transpose_holds_a_buffer_unless_it_keeps_the_element_order(transpose):
+    """XLA reads a reshape, or a transpose that moves only dims of size one,
+    in place; a real transpose is a copy of its own.  The estimate follows."""
+    x = np.ones((512, 512), np.float32)
+    estimate, xla = _estimate_against_xla(lambda a, b: jnp.sum(transpose(a) * b, axis=0), x, x)
+    assert estimate == pytest.approx(xla, rel=0.1)
+
+
+def test_a_step_holds_its_parameters_and_their_updates_both():
+    """Without donation XLA keeps a parameter and its updated value in two
+    buffers, though the plan gives them one layout: the estimate counts both."""
+    params = {"w": np.ones((512, 512), np.float32)}
+    x = np.ones((512, 512), np.float32)
+    estimate, xla = _estimate_against_xla(
+        lambda p, x: ({"w": p["w"] - 0.1 * jnp.tanh(x)}, x * 2.0), params, x)
+    assert estimate == pytest.approx(xla, rel=0.1)
 
 
 def test_without_the_mesh_s_devices_the_estimate_stands_with_a_warning():
