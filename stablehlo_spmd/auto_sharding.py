@@ -739,9 +739,8 @@ class Search:
         first read, where nothing in the graph defines it) to its last use in
         program order.  Arguments and results live throughout: XLA gives each
         its own allocation, never shared with a temporary, and its memory
-        analysis counts them so.  A value XLA fuses into its one consumer (an
-        element-wise op or a broadcast read by anything but a contraction) is
-        never a buffer of its own.
+        analysis counts them so.  A value XLA fuses into its one reader (see
+        `_fused`) is never a buffer of its own.
         """
         graph = self.graph
         end = len(graph.nodes)
@@ -801,8 +800,8 @@ class Search:
         """Whether XLA's loop fusion computes the values of `buffer` (tied
         values, one buffer) inside their one reader: an element-wise op, a
         broadcast, a reshape or transpose that keeps the elements' order, or
-        a value built from scalars, read by anything but a contraction.  XLA inlines calls before it fuses, so the ties of
-        a call are seen through."""
+        a value built from scalars, read by anything but a contraction.  XLA
+        inlines calls before it fuses, so the ties of a call are seen through."""
         producers = [producer_of[v] for v in buffer
                      if v in producer_of and not self.graph.nodes[producer_of[v]].is_tie]
         readers = [read for v in buffer for read in self.consumers[v]]
