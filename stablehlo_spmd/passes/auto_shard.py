@@ -250,7 +250,7 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
       cheaper plan: if its plan overflows, the plan that fitted stands.
 
     The search's problem is built once and reused, and the loop keeps within
-    `time_limit` and `MEASURED_PLANS` constrained plans.  Without a plan that
+    `time_limit` and `MEASURED_PLANS` plans measured.  Without a plan that
     fits, the plan of least estimated memory is measured too, and the error
     names the least memory measured: a budget some plan fits.
     """
@@ -274,6 +274,9 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
             overflowed = min(overflowed, plan.peak_memory)
         return plan
 
+    def unmeasured(plan: Plan | None) -> bool:
+        return plan is not None and all(plan.layouts != p.layouts for p in seen)
+
     free = searcher.solve(None, time_limit)
     out_of_time = False
     loosened = False
@@ -288,7 +291,7 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
         except SearchTimeLimit:
             plan, out_of_time = None, True
     for _attempt in range(MEASURED_PLANS):
-        if plan is None or any(plan.layouts == p.layouts for p in seen):
+        if not unmeasured(plan):
             break   # no new plan under the new limit
         plan = measured(plan)
         fits = plan.measured_memory <= budget
@@ -319,7 +322,7 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
     out_of_time = out_of_time or remaining <= 0
     if best is None and not out_of_time:
         least = searcher.least_memory(remaining)
-        if all(least.layouts != p.layouts for p in seen):
+        if unmeasured(least):
             measured(least)
     if best is None and out_of_time:
         raise SearchTimeLimit(
