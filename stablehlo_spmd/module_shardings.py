@@ -253,6 +253,11 @@ def functions(module: ir.Operation) -> list[ir.Operation]:
             if op.operation.name == "func.func"]
 
 
+def is_private(func: ir.Operation) -> bool:
+    return ("sym_visibility" in func.attributes
+            and ir.StringAttr(func.attributes["sym_visibility"]).value == "private")
+
+
 def function_values(func: ir.Operation) -> Iterator[ShardedValue]:
     """The arguments then the results of `func`, named the way JAX names them."""
     function_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
@@ -517,7 +522,12 @@ def import_shardy(module: ir.Operation, lower_manual: bool = True) -> Mesh | Non
             open_notes, priority_notes = [open_dims.text()], \
                 [_priorities_text(priorities)]
         for name, notes in ((OPEN_DIMS, open_notes), (PRIORITIES, priority_notes)):
-            if any(notes):
+            # A function's argument or result split unevenly keeps its
+            # open-dims note even when every dim is closed: it says the
+            # sharding is Shardy's, which propagation evens out at an entry
+            # point (`Sharding.evenly_dividing`), where XLA's is kept as it is.
+            if any(notes) or (name == OPEN_DIMS and value.kind != "op"
+                              and _splits_unevenly(hlo, value.type)):
                 updates.append((value, name, ir.StringAttr.get(";".join(notes), module.context)))
         updates.append((value, MHLO_SHARDING, sharding_attr(hlo, module.context)))
         updates.append((value, SDY_SHARDING, None))
@@ -532,6 +542,12 @@ def import_shardy(module: ir.Operation, lower_manual: bool = True) -> Mesh | Non
     if mesh is not None:
         write_mesh(module, mesh)
     return mesh
+
+
+def _splits_unevenly(hlo: HloSharding, value_type: ir.Type) -> bool:
+    if not hlo.is_tiled or not isinstance(value_type, ir.RankedTensorType):
+        return False
+    return any(size % ways for size, ways in zip(value_type.shape, hlo.tile_shape))
 
 
 def export_propagation_controls(module: ir.Operation) -> None:

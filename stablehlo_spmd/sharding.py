@@ -21,11 +21,12 @@ refuses anything but sum rather than silently mislabel it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Iterable, Sequence
 
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
-from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.mesh import Mesh, parse_sub_axis, sdy_mesh_axes, split_axes, sub_axis_name
 from stablehlo_spmd.tile_axes import block_axes, tile_dim_axes
 
 REDUCTIONS = ("sum", "max", "min")
@@ -227,6 +228,50 @@ class Sharding:
             self, dim_axes=tuple(tuple(a for a in d if a not in manual) for d in self.dim_axes),
             unreduced=tuple(a for a in self.unreduced if a not in manual), manual=manual)
 
+    def evenly_dividing(self, shape: Sequence[int], dims: Iterable[int],
+                        closed: Iterable[int] = ()) -> "Sharding":
+        """This sharding with each of `dims` split only by its leading whole
+        axes that divide the dim evenly, and each of `closed` by its leading
+        axes or parts of axes that do; the rest is dropped.
+
+        What a function's argument or result may be split by: JAX places
+        only arrays that divide evenly, and a partition spec names whole
+        axes, so a dim propagation chose gets whole axes only, while a dim
+        the user closed keeps what part of it divides.  This is Shardy's
+        export (``sdy-update-non-divisible-input-output-shardings``, then
+        ``sdy-remove-sub-axes-in-input-output-shardings`` on open dims)."""
+        whole = dict(sdy_mesh_axes(self.mesh))
+        dim_axes = list(self.dim_axes)
+        for dim in dims:
+            kept, left = [], shape[dim]
+            for axis, parts in _axis_runs(dim_axes[dim]):
+                size = self.mesh.axes_size(parts)
+                if size != whole[axis] or left % size:
+                    break
+                kept += parts
+                left //= size
+            dim_axes[dim] = tuple(kept)
+        mesh = self.mesh
+        for dim in closed:
+            kept, left = [], shape[dim]
+            for part in dim_axes[dim]:
+                size = self.mesh.axis_size(part)
+                if left % size == 0:
+                    kept.append(part)
+                    left //= size
+                    continue
+                # The major part of the axis that does divide: a sub-axis,
+                # on a mesh with the axis cut there (devices keep their places).
+                common = math.gcd(size, left)
+                if common > 1 and parse_sub_axis(part) is None:
+                    mesh = split_axes(mesh, {part: [common]})
+                    kept.append(sub_axis_name(part, 1, common))
+                break
+            dim_axes[dim] = tuple(kept)
+        if mesh is self.mesh:
+            return self.with_dim_axes(dim_axes)
+        return Sharding(mesh, dim_axes, self.unreduced, self.reduction, self.manual)
+
     def reduced(self) -> "Sharding":
         """The sharding of the full value once the pending reduction is done:
         the same dims, no unreduced axes (what crosses a function or region
@@ -269,6 +314,26 @@ class Sharding:
         if self.manual:
             extras.append(f"manual={{{', '.join(self.manual)}}}")
         return " ".join([text, *extras])
+
+
+def _axis_runs(axes: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """`axes` grouped into runs of consecutive parts of one mesh axis, each
+    with the axis it is part of (a whole axis is a run of itself)."""
+    runs: list[tuple[str, tuple[str, ...]]] = []
+    previous = None
+    for name in axes:
+        part = parse_sub_axis(name)
+        if part is None:
+            runs.append((name, (name,)))
+            previous = None
+            continue
+        axis, pre, size = part
+        if previous is not None and previous[0] == axis and previous[1] == pre:
+            runs[-1] = (axis, runs[-1][1] + (name,))
+        else:
+            runs.append((axis, (name,)))
+        previous = (axis, pre * size)
+    return runs
 
 
 def _axis_name(mesh: Mesh, axis: Any) -> str:

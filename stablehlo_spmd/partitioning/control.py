@@ -14,13 +14,12 @@ slices a scanned layer stack is made of.
   nested ``jit`` calls of a ``shard_map`` body, so each site keeps one call
   instead of a copy of the callee's body (the upstream ``inline`` pass could
   not have done that copy anyway: it does not inline StableHLO in jaxlib's
-  build).  Propagation ties every call site to the callee's arguments
-  (`op_rules.control`), so today a callee has exactly one signature and a
-  site whose operands are sharded otherwise is resharded to it.  Letting
-  sites keep their own shardings needs propagation to solve the callee once
-  per site (Shardy's named computations); the cache of outlined functions
-  (`Partitioner.outlined`) is keyed by the signature so that nothing
-  changes in this module when it does.
+  build).  Propagation shards a copy of the callee per call site and
+  merges the copies that came out the same (`call_graph`), so two sites
+  whose operands are sharded differently each keep their own signature;
+  the cache of outlined functions (`Partitioner.outlined`) is keyed by the
+  signature, and a site whose operands still differ from its callee's
+  arguments is resharded to them.
 * ``dynamic_slice`` / ``dynamic_update_slice`` at a run-time offset (what
   ``jax.lax.scan`` does to a stack of layers' weights, and to its stacked
   outputs, with the loop counter): the dims they take whole stay sharded

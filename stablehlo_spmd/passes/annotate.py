@@ -33,9 +33,9 @@ from stablehlo_spmd import diagnostics
 from stablehlo_spmd.errors import MeshError, PipelineError, ShardingError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MHLO_SHARDING, ShardedValue, all_sharded_values, function_values, functions,
-    import_shardy, module_device_count, module_mesh, num_partitions, read_hlo, set_attrs,
-    sharding_attr, write_mesh)
+    MHLO_SHARDING, OPEN_DIMS, PRIORITIES, ShardedValue, all_sharded_values, function_values,
+    functions, import_shardy, is_private, module_device_count, module_mesh, num_partitions,
+    read_hlo, set_attrs, sharding_attr, write_mesh)
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.rules import Rule, RuleSet, load_rules
 from stablehlo_spmd.sharding import Sharding
@@ -63,7 +63,7 @@ class AnnotatePass(ModulePass):
             return
         used_rules, updates = set(), []
         for func in functions(module):
-            if _is_private(func):
+            if is_private(func):
                 continue
             for value in function_values(func):
                 rule = rule_set.match(_match_name(value))
@@ -73,6 +73,10 @@ class AnnotatePass(ModulePass):
                 attr = _sharding_for(value, rule, mesh)
                 if attr is not None:
                     updates.append((value, MHLO_SHARDING, attr))
+                    # The rule's sharding is the user's whole answer: what
+                    # the module's own Shardy sharding left open goes too.
+                    updates += [(value, note, None) for note in (OPEN_DIMS, PRIORITIES)
+                                if value.get(note) is not None]
         set_attrs(updates)
         write_mesh(module, mesh)
         for rule in rule_set.rules:
@@ -199,8 +203,3 @@ def _match_name(value: ShardedValue) -> str:
         return f"arg{value.index}"
     results = len(ir.FunctionType(ir.TypeAttr(value.owner.attributes["function_type"]).value).results)
     return "result" if results == 1 else f"result[{value.index}]"
-
-
-def _is_private(func: ir.Operation) -> bool:
-    return ("sym_visibility" in func.attributes
-            and ir.StringAttr(func.attributes["sym_visibility"]).value == "private")

@@ -19,6 +19,13 @@ Options:
 
 An op with no rule runs on whole values, with a warning at its location;
 its results are still free for their users to shard, as in Shardy.
+
+Two things Shardy does at function boundaries happen here too.  Each call
+site shards its own copy of its callee, and copies that come out the same
+merge back afterwards (`call_graph`).  An entry point's argument or result
+is split only by what divides it evenly (`ModuleGraph._at_boundary`):
+that is what a JAX user can pass and get back; the ops inside keep their
+uneven splits.
 """
 
 from __future__ import annotations
@@ -29,15 +36,15 @@ from typing import ClassVar, NamedTuple
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from stablehlo_spmd import diagnostics, op_rules
+from stablehlo_spmd import call_graph, diagnostics, op_rules
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
-from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.mesh import Mesh, parse_sub_axis, split_axes
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue,
     export_propagation_controls, function_values, functions, import_shardy, is_manual_boundary,
-    is_sharding_constraint, module_mesh, read_hlo, read_open_dims, read_priorities, set_attrs,
+    is_private, is_sharding_constraint, module_mesh, read_hlo, read_open_dims, read_priorities, set_attrs,
     sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
@@ -101,11 +108,13 @@ class PropagatePass(ModulePass):
             from stablehlo_spmd.passes.shardy_engine import run_shardy_propagation
             run_shardy_propagation(module, mesh)
             return
+        flat = call_graph.flatten(module)
         graph = ModuleGraph.build(module, mesh)
         if graph is None:
             return
         graph.solver.run()
         graph.write(module, mesh, self.explain, self.origins)
+        call_graph.merge(flat)
 
 
 class ModuleGraph:
@@ -122,6 +131,7 @@ class ModuleGraph:
         self.pins: list[_Pin] = []
         self.pinned: set[int] = set()   # values with a pin
         self.refined: set[int] = set()  # pinned values with open dims: written as solved
+        self.from_shardy: set[int] = set()  # function values whose pin is Shardy's
         self.refined_ops: list[tuple[ir.Operation, list[int]]] = []  # the same, on ops
         # Ops with no rule, with their results' ids: written as solved.
         self.unruled: list[tuple[ir.Operation, list[int]]] = []
@@ -136,6 +146,7 @@ class ModuleGraph:
         self.added: set[str] = set()        # functions whose nodes are in
         self.ok = True                      # False once an annotation failed to read
         self.manual: dict[int, tuple[str, ...]] = {}  # value -> its region's manual axes
+        self._boundary_cuts: dict[str, set[int]] = {}  # axis -> where a boundary cut it
 
     # ---------------------------------------------------------------- build
 
@@ -236,8 +247,10 @@ class ModuleGraph:
             return False
         open_dims = read_open_dims(value.get(OPEN_DIMS))
         if value.get(OPEN_DIMS) is not None:
-            sharding = _opened(sharding, open_dims.dims)
-            self.refined.add(index)
+            self.from_shardy.add(index)
+            if open_dims:
+                sharding = _opened(sharding, open_dims.dims)
+                self.refined.add(index)
         self._add_pin(_Pin(index, sharding, f"the annotation on {label}",
                               read_priorities(value.get(PRIORITIES)), open_dims.replicated))
         return True
@@ -434,10 +447,22 @@ class ModuleGraph:
         context = module.context
         self.manual = self._manual_regions()
         updates = []
+        left_open = {pin.value: pin.sharding.open_dims for pin in self.pins}
         for value, index, annotated in self.result_slots:
+            # Only an entry point's boundary is what a user passes and gets
+            # back; a private callee's is internal (XLA inlines it).
+            entry = not is_private(value.owner)
             if not annotated or index in self.refined:
                 sharding = self._solved(index).reduced()
+                if entry:
+                    sharding = self._at_boundary(index, sharding, left_open,
+                                                 index in self.from_shardy)
                 updates.append((value, MHLO_SHARDING, sharding_attr(sharding, context)))
+            elif entry and index in self.from_shardy:
+                given = self._solved(index)
+                sharding = self._at_boundary(index, given, left_open, True)
+                if sharding != given:
+                    updates.append((value, MHLO_SHARDING, sharding_attr(sharding, context)))
             for note in (OPEN_DIMS, PRIORITIES):
                 if value.get(note) is not None:
                     updates.append((value, note, None))
@@ -465,7 +490,10 @@ class ModuleGraph:
                 op.attributes[MHLO_SHARDING] = self._result_attr(results, context)
         self._insert_reshards(module)
         export_propagation_controls(module)
-        write_mesh(module, mesh)
+        # A boundary that keeps part of an axis names a sub-axis: the
+        # module's mesh is cut there too, so that every sharding written is
+        # a choice of its axes.
+        write_mesh(module, split_axes(mesh, self._boundary_cuts) if self._boundary_cuts else mesh)
         if explain or origins:
             self._explain(explain, origins)
 
@@ -494,6 +522,27 @@ class ModuleGraph:
                     if value != NO_VALUE and value not in pinned:
                         manual.setdefault(value, found)
         return manual
+
+    def _at_boundary(self, value: int, sharding: Sharding,
+                     left_open: dict[int, frozenset[int]], from_shardy: bool) -> Sharding:
+        """An entry point's argument or result with `sharding`: split on the
+        dims propagation chose only by what divides them evenly (see
+        `Sharding.evenly_dividing`), and on the dims a Shardy sharding
+        closed too, as Shardy's export does.  An uneven split XLA's own
+        sharding asked for is kept: XLA pads it.  The ops inside keep their
+        split; the partitioner moves the value across the boundary."""
+        if sharding.is_maximal:
+            return sharding
+        rank = len(self.shapes[value])
+        dims = left_open.get(value, range(rank))
+        closed = [d for d in range(rank) if d not in dims] if from_shardy else ()
+        evened = sharding.evenly_dividing(self.shapes[value], dims, closed)
+        if evened.mesh != sharding.mesh:
+            for name in evened.mesh.axis_names:
+                part = parse_sub_axis(name)
+                if part is not None and not sharding.mesh.has_axis(name):
+                    self._boundary_cuts.setdefault(part[0], set()).add(part[1] * part[2])
+        return evened
 
     def _result_attr(self, results: list[int], context) -> ir.Attribute:
         shardings = [self._solved(r) if r != NO_VALUE else None for r in results]

@@ -3,9 +3,10 @@
 // A func.call to a private function stays a call: the callee is partitioned
 // once into a per-device private function (one per distinct signature of
 // argument and result shardings) that every call site with that signature
-// calls from inside the manual body.  Propagation gave @helper's signature
-// the row sharding of its caller, so both calls run on the 2x8 block with
-// no collective, and there is one @helper, on 2x8.
+// calls from inside the manual body.  Propagation shards a copy of @helper
+// per call site; both copies take the rows of their caller, so they merge
+// back into one @helper: both calls run on the 2x8 block with no
+// collective, and there is one @helper, on 2x8.
 
 // CHECK-LABEL: func.func public @main
 // CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>) {
@@ -34,20 +35,18 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 
 // -----
 
-// One callee, two call sites with differently sharded operands: propagation
-// gives the callee one signature (here rows), so the second site's
-// column-sharded operand is resharded to rows (all_to_all, 8x2 -> 2x8)
-// before its call.  The first site needs nothing, both call the one @h,
-// and both results come back row-sharded, as the callee's result is.
+// One callee, two call sites with differently sharded operands: each site
+// gets its own copy of the callee while propagating (as Shardy's flattened
+// call graph and XLA's inlining do), so the second site keeps its columns
+// and nothing moves.  The two copies differ, so both stay: @h for rows and
+// @h_0 for columns.
 
 // CHECK: (%[[A:arg[0-9]+]]: tensor<2x8xf32>, %[[B:arg[0-9]+]]: tensor<8x2xf32>) {
 // CHECK-NEXT: %[[E1:.*]] = func.call @h(%[[A]]) : (tensor<2x8xf32>) -> tensor<2x8xf32>
-// CHECK-NEXT: %[[BT:.*]] = "stablehlo.all_to_all"(%[[B]])
-// CHECK-SAME: concat_dimension = 1 : i64, {{.*}}split_count = 4 : i64, split_dimension = 0 : i64
-// CHECK-SAME: (tensor<8x2xf32>) -> tensor<2x8xf32>
-// CHECK-NEXT: %[[E2:.*]] = func.call @h(%[[BT]]) : (tensor<2x8xf32>) -> tensor<2x8xf32>
-// CHECK-NEXT: sdy.return %[[E1]], %[[E2]] : tensor<2x8xf32>, tensor<2x8xf32>
+// CHECK-NEXT: %[[E2:.*]] = func.call @h_0(%[[B]]) : (tensor<8x2xf32>) -> tensor<8x2xf32>
+// CHECK-NEXT: sdy.return %[[E1]], %[[E2]] : tensor<2x8xf32>, tensor<8x2xf32>
 // CHECK: func.func private @h(%{{.*}}: tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK: func.func private @h_0(%{{.*}}: tensor<8x2xf32>) -> tensor<8x2xf32>
 // CHECK-NOT: func.func
 // CHECK-LABEL: // -----
 module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
