@@ -35,7 +35,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy, stablehlo
 
-from stablehlo_spmd.errors import ShardingError, ShardingSyntaxError
+from stablehlo_spmd.errors import MeshError, ShardingError, ShardingSyntaxError
 from stablehlo_spmd.hlo_sharding import (
     HloSharding, TileAssignment, format_hlo_sharding, parse_hlo_sharding)
 from stablehlo_spmd.ir import cached_attr, location_name, ops_named, source_position
@@ -481,6 +481,8 @@ def import_shardy(module: ir.Operation, lower_manual: bool = True) -> Mesh | Non
             name = ir.StringAttr(op.attributes["sym_name"]).value
             meshes[name] = _mesh_or_device(op.attributes["mesh"])
             mesh_ops.append(op.operation)
+    if meshes:
+        _list_replica_groups(module, meshes)
     if not meshes and not _uses_shardy(module):
         return None
     full = _full_meshes(mesh_ops, meshes, _referenced_meshes(module, meshes))
@@ -838,6 +840,65 @@ def _replace_sdy_data_op(op: ir.Operation, meshes, mesh) -> None:
     else:
         op.results[0].replace_all_uses_with(op.operands[0])
         op.erase()
+
+
+_MESH_AXES_GROUPS = re.compile(
+    r"#stablehlo\.replica_group_mesh_axes<\s*mesh(?:_name)?\s*=\s*"
+    r"(?P<mesh>@[\w.$-]+|#stablehlo\.mesh<.*?\]>)\s*,\s*axes\s*=\s*\[(?P<axes>.*)\]\s*>", re.S)
+_INLINE_MESH_AXIS = re.compile(r'mesh_axis<name = "(?P<name>[^"]+)", size = (?P<size>\d+)>')
+_GROUP_AXIS = re.compile(r'"(?P<name>[^"]+)"(?:\s*:\s*\((?P<pre>\d+)\)(?P<size>\d+)'
+                         r'|, sub_axis_info = \((?P<pre2>\d+)\)(?P<size2>\d+))?')
+
+
+def _list_replica_groups(module: ir.Operation, meshes: dict[str, Mesh | int | None]) -> None:
+    """Collectives that name their groups by mesh axes, as newer JAX writes
+    them in a shard_map body (``#stablehlo.replica_group_mesh_axes<mesh =
+    @m, axes = [...]>``), get the device lists those axes make, as older
+    JAX wrote them: the sdy meshes they name are gone after the import."""
+    found: list[ir.Operation] = []
+
+    def visit(op):
+        if "replica_groups" in op.attributes and \
+                str(op.attributes["replica_groups"]).startswith("#stablehlo.replica_group_mesh"):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for op in found:
+        text = str(op.attributes["replica_groups"])
+        parsed = _MESH_AXES_GROUPS.fullmatch(text)
+        mesh = None
+        if parsed is not None:
+            named = parsed["mesh"]
+            mesh = meshes.get(named[1:]) if named.startswith("@") else Mesh.from_axes(
+                (m["name"], int(m["size"])) for m in _INLINE_MESH_AXIS.finditer(named))
+        if not isinstance(mesh, Mesh):
+            raise ShardingError(f"'{op.name}': cannot read its replica groups {text}", op.location)
+        refs = [(m["name"], int(m["pre"] or m["pre2"] or 1),
+                 int(m["size"] or m["size2"] or 0) or None) for m in _GROUP_AXIS.finditer(parsed["axes"])]
+        try:
+            groups = _mesh_axes_groups(mesh, [(n, p, s or mesh.axis_size(n) // p) for n, p, s in refs])
+        except (MeshError, ValueError) as error:
+            raise ShardingError(f"'{op.name}': replica groups {text}: {error}", op.location) from None
+        op.attributes["replica_groups"] = ir.DenseElementsAttr.get(groups, context=op.context)
+
+
+def _mesh_axes_groups(mesh: Mesh, refs: list[tuple[str, int, int]]) -> np.ndarray:
+    """The device groups that vary along `refs` (axis, pre-size, size; major
+    to minor), one group per coordinate of the other axes."""
+    digits: list[tuple[str, int, int]] = []   # every axis cut into the parts refs name
+    for name, size in zip(mesh.axis_names, mesh.mesh_shape):
+        cuts = sorted({1, size} | {p for n, p, _ in refs if n == name}
+                      | {p * k for n, p, k in refs if n == name})
+        if cuts[-1] != size or any(size % c for c in cuts):
+            raise ValueError(f"a part of axis {name!r} does not divide its size {size}")
+        digits += [(name, low, high // low) for low, high in zip(cuts, cuts[1:])]
+    grouped = [i for n, p, k in refs for i, (name, low, part) in enumerate(digits)
+               if name == n and p <= low and low * part <= p * k]
+    others = [i for i in range(len(digits)) if i not in grouped]
+    devices = np.asarray(mesh.device_ids, dtype=np.int64).reshape([d[2] for d in digits])
+    return np.ascontiguousarray(
+        devices.transpose(others + grouped).reshape(-1, math.prod(digits[i][2] for i in grouped)))
 
 
 def _mesh_or_device(attr: ir.Attribute) -> Mesh | int | None:

@@ -252,8 +252,11 @@ def test_call_inside_a_loop_and_a_nested_call():
     x, w = _random(8, 16), _random(16, 16) / 4
     text = ss.export(fn, x, w)
     partitioned = _partition_without_warnings(text, [(r"^x$", ("data", None))])
-    assert len(re.findall(r"func\.func private", partitioned)) == 3
-    assert re.search(r"stablehlo\.while(.*\n)*.*func\.call @closed_call\(.*tensor<2x16xf32>",
+    # One per-device function per private function of the export (how many
+    # jax emits depends on its version: 3 in 0.10, 2 in 0.11).
+    private = len(re.findall(r"func\.func private", text))
+    assert private >= 2 and len(re.findall(r"func\.func private", partitioned)) == private
+    assert re.search(r"stablehlo\.while(.*\n)*.*func\.call @\w+\(.*tensor<2x16xf32>",
                      partitioned)
     assert sum(partitioned.count(k) for k in ("all_gather", "all_reduce", "all_to_all")) == 0
     _compare(text, partitioned, [x, w])

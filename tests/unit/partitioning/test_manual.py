@@ -220,3 +220,47 @@ def test_global_layout_puts_the_manual_axes_first_in_each_dim():
     assert global_layout(outer, inner, (8, 8), (4, 4), ("a", "b")).dim_axes == (("b", "c"), ("a",))
     with pytest.raises(ShardingError, match="does not divide"):
         global_layout(None, inner, (8, 8), (3, 8), ("a", "b"))
+
+
+# What newer JAX writes in a shard_map body: the groups named by mesh axes,
+# on a mesh symbol of their own (here with a sub-axis, "x":(2)2, the minor
+# half of "x") rather than as device lists.
+MESH_AXES_GROUPS = """
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+sdy.mesh @groups = <["x"=4, "y"=2]>
+func.func @main(%a: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>})
+    -> (tensor<2x4xf32>, tensor<8x4xf32>) {
+  %0:2 = sdy.manual_computation(%a) in_shardings=[<@mesh, [{"x"}, {"y"}]>]
+      out_shardings=[<@mesh, [{}, {"y"}]>, <@mesh, [{"x"}, {"y"}]>] manual_axes={"x", "y"}
+      (%block: tensor<2x2xf32>) {
+    %1 = "stablehlo.all_reduce"(%block) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>,
+        replica_groups = #stablehlo.replica_group_mesh_axes<mesh = @groups, axes = [#stablehlo.axis_ref<name = "x">]>,
+        use_global_device_ids}> ({
+    ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+      %s = stablehlo.add %p, %q : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }) : (tensor<2x2xf32>) -> tensor<2x2xf32>
+    %2 = "stablehlo.all_gather"(%block) <{all_gather_dim = 0 : i64,
+        channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>,
+        replica_groups = #stablehlo.replica_group_mesh_axes<mesh = @groups, axes = [#stablehlo.axis_ref<name = "x", sub_axis_info = (2)2>]>,
+        use_global_device_ids}> : (tensor<2x2xf32>) -> tensor<4x2xf32>
+    %3 = stablehlo.slice %2 [0:2, 0:2] : (tensor<4x2xf32>) -> tensor<2x2xf32>
+    sdy.return %1, %3 : tensor<2x2xf32>, tensor<2x2xf32>
+  } : (tensor<8x4xf32>) -> (tensor<2x4xf32>, tensor<8x4xf32>)
+  return %0#0, %0#1 : tensor<2x4xf32>, tensor<8x4xf32>
+}
+"""
+
+
+def test_groups_named_by_mesh_axes_are_the_device_lists_they_name():
+    partitioned = ss.run_passes(MESH_AXES_GROUPS, "spmd-propagate,spmd-partition")
+    # "x" varies over devices 0,2,4,6 (and 1,3,5,7); its minor half over 0,2 / 4,6 / ...
+    assert "replica_groups = dense<[[0, 2, 4, 6], [1, 3, 5, 7]]>" in partitioned
+    assert "replica_groups = dense<[[0, 2], [1, 3], [4, 6], [5, 7]]>" in partitioned
+    a = _random(8, 4)
+    summed, first_of_pair = (np.asarray(r) for r in ss.run(partitioned, [a]))
+    blocks = a.reshape(4, 2, 2, 2)   # [x, row, y, column]
+    np.testing.assert_allclose(summed, blocks.sum(axis=0).reshape(2, 4), rtol=1e-5)
+    # Each device keeps the first block of its pair along the minor half of
+    # "x": x = 0, 1 hold block 0 and x = 2, 3 block 2, on their own columns.
+    np.testing.assert_allclose(first_of_pair, blocks[[0, 0, 2, 2]].reshape(8, 4), rtol=1e-6)
