@@ -44,8 +44,8 @@ from stablehlo_spmd.mesh import Mesh, parse_sub_axis, split_axes
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue,
     export_propagation_controls, function_values, functions, import_shardy, is_manual_boundary,
-    is_private, is_sharding_constraint, module_mesh, read_hlo, read_open_dims, read_priorities, set_attrs,
-    sharding_attr, untuple_custom_calls, write_mesh)
+    is_private, is_sharding_constraint, module_mesh, read_hlo, read_open_dims, read_priorities,
+    set_attrs, sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.propagation import NO_VALUE, Node, Propagator
