@@ -6,9 +6,9 @@ resharded into whatever the other one needed.  Shardy gives every site its
 own copy of the callee (``sdy-flatten-call-graph`` at import, a named
 computation per call), and XLA inlines calls before it partitions, so both
 let each site shard the callee its own way.  `flatten` does the same before
-``spmd-propagate`` builds its graph: the first call of a function (functions
-taken callers first, calls in program order, as Shardy walks them) keeps it,
-and every later call gets a copy, whose own calls then get copies in turn.
+``spmd-propagate`` builds its graph: the first call of a function keeps it
+(functions taken callees first, calls in program order, as Shardy walks
+them), and every later call gets a copy, whose own calls get copies in turn.
 
 After the shardings are written, `merge` folds the copies back
 (``sdy-unflatten-call-graph``): copies of one function that came out the
@@ -16,7 +16,7 @@ same, shardings included, become one function again, so a callee no site
 needed to shard differently is emitted once.  Shardy merges copies whose
 argument and result shardings agree and keeps the first copy's body; here
 the whole copy must agree, so that no site's inner shardings are dropped
-for another's.
+for another's.  The original keeps its name where a copy merges into it.
 
 A recursive call graph (which XLA cannot compile anyway) is left as it is:
 its functions stay shared by their sites.
