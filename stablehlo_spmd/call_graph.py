@@ -34,17 +34,19 @@ from stablehlo_spmd.module_shardings import functions
 
 @dataclasses.dataclass
 class FlatCallGraph:
-    """What `merge` needs: the copies made, each with the function it copies."""
+    """What `merge` needs: the copies made, each with the function it copies,
+    and every function's calls (kept, so that merging walks no op again)."""
 
     module: ir.Operation
     origin: dict[str, str] = dataclasses.field(default_factory=dict)    # copy -> original
+    calls: dict[str, list[ir.Operation]] = dataclasses.field(default_factory=dict)
 
 
 def flatten(module: ir.Operation) -> FlatCallGraph:
     """Give every call of a function called more than once its own copy of it."""
     graph = FlatCallGraph(module)
     by_name = {_name(f): f for f in functions(module)}
-    calls = {name: _calls(func) for name, func in by_name.items()}
+    calls = graph.calls = {name: _calls(func) for name, func in by_name.items()}
     if _recursive(calls):
         return graph
     taken = set(by_name)
@@ -65,12 +67,12 @@ def merge(graph: FlatCallGraph) -> None:
     """Fold copies that came out the same back into one function."""
     if not graph.origin:
         return
-    module = graph.module
-    by_name = {_name(f): f for f in functions(module)}
-    calls = {name: _calls(func) for name, func in by_name.items()}
+    by_name = {_name(f): f for f in functions(graph.module)}
+    calls = graph.calls
     sites: dict[str, list[ir.Operation]] = {}
-    for call in ops_named(module, ("func.call",)):
-        sites.setdefault(_callee(call), []).append(call)
+    for name in by_name:
+        for call in calls[name]:
+            sites.setdefault(_callee(call), []).append(call)
     first_site = {name: i for i, name in enumerate(sites)}
     copied = set(graph.origin.values())
     kept: dict[tuple[str, str], str] = {}
@@ -179,5 +181,5 @@ def _fresh(base: str, taken: set[str]) -> str:
 
 def _body_text(func: ir.Operation, name: str) -> str:
     """The function as printed, its own name left out."""
-    text = func.get_asm(assume_verified=True)
+    text = func.get_asm(assume_verified=True, use_local_scope=True)
     return text.replace(f"@{name}(", "@(", 1)
