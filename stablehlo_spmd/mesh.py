@@ -212,25 +212,38 @@ def sdy_mesh_axes(mesh: Mesh) -> list[tuple[str, int]]:
     return merged
 
 
+def axis_runs(axes: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """`axes` (major to minor) grouped into runs of consecutive parts of one
+    axis, each with the axis it is part of (a whole axis is a run of itself)."""
+    runs: list[tuple[str, tuple[str, ...]]] = []
+    following = None   # (axis, pre-size) the next part must have to join the run
+    for name in axes:
+        part = parse_sub_axis(name)
+        if part is None:
+            runs.append((name, (name,)))
+            following = None
+            continue
+        axis, pre, size = part
+        if following == (axis, pre):
+            runs[-1] = (axis, runs[-1][1] + (name,))
+        else:
+            runs.append((axis, (name,)))
+        following = (axis, pre * size)
+    return runs
+
+
 def sdy_axis_refs(mesh: Mesh, axes: Sequence[str]) -> list[str]:
     """Shardy's axis references for a run of mesh axes (major to minor):
     consecutive parts of one axis merge into that axis, or into one
     sub-axis ``"x":(pre)size``."""
     whole = dict(sdy_mesh_axes(mesh))
-    refs, index = [], 0
-    while index < len(axes):
-        part = parse_sub_axis(axes[index])
-        index += 1
-        if part is None:
-            refs.append(f'"{axes[index - 1]}"')
+    refs = []
+    for axis, parts in axis_runs(axes):
+        first = parse_sub_axis(parts[0])
+        if first is None:
+            refs.append(f'"{axis}"')
             continue
-        axis, pre, size = part
-        while index < len(axes):
-            following = parse_sub_axis(axes[index])
-            if following is None or following[0] != axis or following[1] != pre * size:
-                break
-            size *= following[2]
-            index += 1
+        pre, size = first[1], mesh.axes_size(parts)
         whole_axis = pre == 1 and size == whole[axis]
         refs.append(f'"{axis}"' if whole_axis else f'"{axis}":({pre}){size}')
     return refs

@@ -874,10 +874,14 @@ def _list_replica_groups(module: ir.Operation, meshes: dict[str, Mesh | int | No
                 (m["name"], int(m["size"])) for m in _INLINE_MESH_AXIS.finditer(named))
         if not isinstance(mesh, Mesh):
             raise ShardingError(f"'{op.name}': cannot read its replica groups {text}", op.location)
-        refs = [(m["name"], int(m["pre"] or m["pre2"] or 1),
-                 int(m["size"] or m["size2"] or 0) or None) for m in _GROUP_AXIS.finditer(parsed["axes"])]
         try:
-            groups = _mesh_axes_groups(mesh, [(n, p, s or mesh.axis_size(n) // p) for n, p, s in refs])
+            refs = []
+            for found_axis in _GROUP_AXIS.finditer(parsed["axes"]):
+                name = found_axis["name"]
+                pre = int(found_axis["pre"] or found_axis["pre2"] or 1)
+                size = int(found_axis["size"] or found_axis["size2"] or 0)
+                refs.append((name, pre, size or mesh.axis_size(name) // pre))
+            groups = _mesh_axes_groups(mesh, refs)
         except (MeshError, ValueError) as error:
             raise ShardingError(f"'{op.name}': replica groups {text}: {error}", op.location) from None
         op.attributes["replica_groups"] = ir.DenseElementsAttr.get(groups, context=op.context)

@@ -26,7 +26,8 @@ from typing import Any, Iterable, Sequence
 
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
-from stablehlo_spmd.mesh import Mesh, parse_sub_axis, sdy_mesh_axes, split_axes, sub_axis_name
+from stablehlo_spmd.mesh import (
+    Mesh, axis_runs, parse_sub_axis, sdy_mesh_axes, split_axes, sub_axis_name)
 from stablehlo_spmd.tile_axes import block_axes, tile_dim_axes
 
 REDUCTIONS = ("sum", "max", "min")
@@ -244,7 +245,7 @@ class Sharding:
         dim_axes = list(self.dim_axes)
         for dim in dims:
             kept, left = [], shape[dim]
-            for axis, parts in _axis_runs(dim_axes[dim]):
+            for axis, parts in axis_runs(dim_axes[dim]):
                 size = self.mesh.axes_size(parts)
                 if size != whole[axis] or left % size:
                     break
@@ -314,26 +315,6 @@ class Sharding:
         if self.manual:
             extras.append(f"manual={{{', '.join(self.manual)}}}")
         return " ".join([text, *extras])
-
-
-def _axis_runs(axes: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
-    """`axes` grouped into runs of consecutive parts of one mesh axis, each
-    with the axis it is part of (a whole axis is a run of itself)."""
-    runs: list[tuple[str, tuple[str, ...]]] = []
-    previous = None
-    for name in axes:
-        part = parse_sub_axis(name)
-        if part is None:
-            runs.append((name, (name,)))
-            previous = None
-            continue
-        axis, pre, size = part
-        if previous is not None and previous[0] == axis and previous[1] == pre:
-            runs[-1] = (axis, runs[-1][1] + (name,))
-        else:
-            runs.append((axis, (name,)))
-        previous = (axis, pre * size)
-    return runs
 
 
 def _axis_name(mesh: Mesh, axis: Any) -> str:
