@@ -151,6 +151,9 @@ class Plan:
     units: int
     unit_classes: int
     cost_in_seconds: bool = False
+    # Partial values read by several ops, each summed once into this layout
+    # for all of them (their layouts are the Partial ones their ops write).
+    sum_targets: dict[int, Sharding] = dataclasses.field(default_factory=dict)
     # XLA's own memory analysis of the partitioned plan, where the pass was
     # given a way to compile it; and how many plans it measured.
     measured_memory: float | None = None
@@ -475,6 +478,7 @@ class Search:
         self.node_strategy: dict[int, list[Strategy]] = {}   # per node, indexed by its unit's
         self.free_sources: dict[int, tuple[int, int]] = {}   # value -> its one (node, position)
         self.leader: dict[int, int] = {}                     # follower node -> operand position
+        self.shared_reads: list[int] = []   # values read by several ops: their own units
         for root in sorted({self.root[v] for v in range(n_values)}):
             if root in arguments or len(producers.get(root, ())) != 1:
                 self.unit_of_class[root] = self._add_unit("value", root, self._class_layouts(root))
@@ -554,6 +558,27 @@ class Search:
         self.node_strategy[index] = strategies
         if leader is None:
             self.units[unit].strategies = strategies
+        for position, value in enumerate(node.results):
+            if value != NO_VALUE and self._read_by_several(value):
+                written = [s.results[position] for s in strategies]
+                self.unit_of_class[value] = self._add_unit(
+                    "value", value, self._stored_layouts(value, written))
+                self.shared_reads.append(value)
+
+    def _read_by_several(self, value: int) -> bool:
+        """Whether `value` is read by two ops or more, so that a reshard of it
+        (the partitioner makes each once per layout) may serve several."""
+        root = self.root[value]
+        if root != value or self.class_size[root] != 1 or root in self.unit_of_class \
+                or root in self.pinned_roots:
+            return False
+        return len({node for node, _ in self.consumers[value]}) >= 2
+
+    def _stored_layouts(self, value: int, written: list) -> list[Sharding]:
+        """The layouts a value read by several ops may be kept in: any even
+        layout, and each Partial layout its producer can write."""
+        partial = [layout for layout in written if layout is not None and layout.unreduced]
+        return _distinct(self.layouts.all_for(self.graph.shapes[value]) + partial)[0]
 
     def _scaled(self, strategy: Strategy, element_bytes: int) -> Strategy:
         """A rule's strategy costs a sum per byte of element (`_rule_tensor_cost`)."""
@@ -886,11 +911,12 @@ class Search:
     def _plan(self, strategies: list[int], objective: float, points, started: float) -> Plan:
         problem, memory, _ = self._problem()
         peak, _ = self._peak(memory, strategies, points)
-        layouts, why = self._write(strategies)
+        layouts, why, sum_targets = self._write(strategies)
         solve_seconds = time.perf_counter() - started
         return Plan(layouts, why, objective, peak, solve_seconds, self.build_seconds,
                     problem.variables, problem.constraints, len(self.units),
-                    len(set(self.variable_classes)), bool(self.cost_model.bandwidths))
+                    len(set(self.variable_classes)), bool(self.cost_model.bandwidths),
+                    sum_targets=sum_targets)
 
     def _smallest_peak(self, problem: "_Milp", memory, points, cuts: list[int],
                        time_limit: float) -> tuple[float, list[int]]:
@@ -1037,7 +1063,17 @@ class Search:
             else:
                 layouts[value] = self.layouts.get(((),) * len(graph.shapes[value]))
             why[value] = "built from scalars: laid out as its one consumer reads it"
-        return layouts, why
+        sum_targets = {}
+        for root in self.shared_reads:
+            (node_index, position), = self.producers[root]
+            unit = self.unit_of_node[node_index]
+            written = self.node_strategy[node_index][strategies[unit]].results[position]
+            kept = layouts[root]
+            if written is not None and written.unreduced and not kept.unreduced:
+                layouts[root] = written
+                sum_targets[root] = kept
+                why[root] += f"; written Partial and summed once into {kept} for its readers"
+        return layouts, why, sum_targets
 
 
 def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]:

@@ -210,6 +210,7 @@ def _write_plan(module: ir.Operation, graph: ModuleGraph, mesh: Mesh, plan: Plan
         solver.states[value] = ValueState(list(layout.dim_axes), layout.unreduced,
                                           layout.reduction, state.closed_dims, state.pinned,
                                           state.reserved)
+    graph.sum_targets = plan.sum_targets
     graph.write(module, mesh, False, False)
 
 

@@ -141,6 +141,9 @@ class ModuleGraph:
         self.solver: Propagator | None = None
         self._attrs: dict[Sharding, ir.Attribute] = {}  # by identity-shared Sharding
         self._summed_values: dict[tuple, ir.Value] = {}  # (partial value, layout) -> its sum
+        # Partial values summed once into one layout for every use that needs
+        # the sum (a plan of spmd-auto-shard's), not into each use's own.
+        self.sum_targets: dict[int, Sharding] = {}
         self.functions: dict[str, ir.Operation] = {}
         self.groups: dict[int, int] = {}    # sharding group id -> its first value
         self.added: set[str] = set()        # functions whose nodes are in
@@ -569,7 +572,7 @@ class ModuleGraph:
                 if value == NO_VALUE or not solver.states[value].unreduced:
                     continue
                 if not solver.accepts_unreduced(node_index, position):
-                    self._reshard_use(op, position, value,
+                    self._reshard_use(op, position, value, self.sum_targets.get(value) or
                                       solver.summed_layout(node_index, position))
         for op in self._tie_ops():
             for position, operand in enumerate(op.operands):
