@@ -248,7 +248,9 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
       left more than `MEASURED_SLACK` unused, where a larger plan would move
       less, once above the estimate it was searched under (never as high as an
       estimate that overflowed before).  Opening the search is a gamble on a
-      cheaper plan: if its plan overflows, the plan that fitted stands.
+      cheaper plan, given as long as the plan that fitted took to find: if
+      its plan overflows, or none is found in that time, the plan that
+      fitted stands.
 
     The search's problem is built once and reused, and the loop keeps within
     `time_limit` and `MEASURED_PLANS` plans measured.  Without a plan that
@@ -312,8 +314,11 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
         out_of_time = remaining <= 0
         if out_of_time or abs(limit - plan.peak_memory) < 1e-3 * budget:
             break
+        # Opening the search is a gamble on a cheaper plan: it may take as
+        # long as finding the plan that fits took, and no longer.
+        patience = min(remaining, plan.solve_seconds) if fits else remaining
         try:
-            plan = searcher.solve(limit, remaining)
+            plan = searcher.solve(limit, patience)
         except InfeasibleBudget:
             break
         except SearchTimeLimit:
