@@ -110,16 +110,22 @@ class CostModel:
     latency: float = 0.0
 
     def price(self, steps) -> float:
+        fixed, moved = self.parts(steps)
+        return fixed + moved
+
+    def parts(self, steps) -> tuple[float, float]:
+        """The price of `steps` as (latencies, the part that grows with the bytes)."""
         if not self.bandwidths:
-            return float(sum(step.bytes_per_device for step in steps))
+            return 0.0, float(sum(step.bytes_per_device for step in steps))
         speed = dict(self.bandwidths)
-        total = 0.0
+        fixed = moved = 0.0
         for step in steps:
             if step.bytes_per_device <= 0:
                 continue
             slowest = min((speed.get(axis, math.inf) for axis in step.axes), default=math.inf)
-            total += self.latency + (step.bytes_per_device / slowest if slowest < math.inf else 0)
-        return total
+            fixed += self.latency
+            moved += step.bytes_per_device / slowest if slowest < math.inf else 0
+        return fixed, moved
 
 
 @dataclasses.dataclass
@@ -198,7 +204,7 @@ class _Layouts:
         return found
 
     def all_for(self, shape: tuple[int, ...]) -> list[Sharding]:
-        """Every layout of `shape` that splits dims evenly, axes in mesh order per dim."""
+        """Every layout of `shape` that splits dims evenly, axes in any order per dim."""
         key = ("all", shape)
         found = self._made.get(key)
         if found is not None:
@@ -210,9 +216,18 @@ class _Layouts:
                 if dim < len(shape):
                     dims[dim].append(axis)
             if all(shape[d] % _product(self.axis_size, axes) == 0 for d, axes in enumerate(dims)):
-                choices.append(self.get(tuple(tuple(a) for a in dims)))
+                choices.extend(self.get(ordered) for ordered in _axis_orders(dims))
         self._made[key] = choices
         return choices
+
+
+def _axis_orders(split: Sequence[Axes]) -> Iterable[tuple[Axes, ...]]:
+    """`split` (axes per dim or per factor) with the axes of each taken in
+    every order: which axis is major decides which devices share a block,
+    and so which moves stay within a group (the token dim of expert
+    parallelism is split by the expert axis minor)."""
+    return itertools.product(*(itertools.permutations(axes) if len(axes) > 1 else (tuple(axes),)
+                               for axes in split))
 
 
 def _product(axis_size: dict[str, int], axes: Iterable[str]) -> int:
@@ -316,24 +331,24 @@ class _Strategies:
                 assignment[factor] = axes
             if not ok:
                 continue
-            assignment = tuple(assignment)
             free = tuple(a for a, f in zip(self.layouts.axes, choice) if f is None)
             splits_sum = rule.reduction == "sum" and any(
                 assignment[f] for f, k in enumerate(rule.factor_kinds)
                 if k is FactorKind.REDUCTION)
-            for finish in ((False, True) if splits_sum else (False,)):
-                strategy = self._build(rule, assignment, finish=finish)
-                if strategy is not None:
-                    strategies.append(strategy)
-            if rule.unreduced is not UnreducedFlow.NONE and free and not splits_sum:
-                carriers = ([None] if rule.unreduced is UnreducedFlow.JOINT
-                            else list(rule.linear_operands))
-                for size in range(1, len(free) + 1):
-                    for carried in itertools.combinations(free, size):
-                        for carrier in carriers:
-                            strategy = self._build(rule, assignment, carried, carrier)
-                            if strategy is not None:
-                                strategies.append(strategy)
+            for ordered in _axis_orders(assignment):
+                for finish in ((False, True) if splits_sum else (False,)):
+                    strategy = self._build(rule, ordered, finish=finish)
+                    if strategy is not None:
+                        strategies.append(strategy)
+                if rule.unreduced is not UnreducedFlow.NONE and free and not splits_sum:
+                    carriers = ([None] if rule.unreduced is UnreducedFlow.JOINT
+                                else list(rule.linear_operands))
+                    for size in range(1, len(free) + 1):
+                        for carried in itertools.combinations(free, size):
+                            for carrier in carriers:
+                                strategy = self._build(rule, ordered, carried, carrier)
+                                if strategy is not None:
+                                    strategies.append(strategy)
         if _is_contraction(rule):
             # Alpa's rule: a contraction is never computed twice; keep the
             # strategies that split its iteration space the most.
@@ -442,6 +457,11 @@ class Search:
         self.cost_model = cost_model
         self.layouts = _Layouts(graph.mesh)
         self._costs: dict[tuple, float] = {}
+        self._plans: dict[tuple, tuple[float, float]] = {}   # see `_price`
+        self._divide_masks: dict[int, int] = {}
+        sizes = [n for n in graph.mesh.mesh_shape if n > 1]
+        self._group_sizes = sorted({math.prod(group) for r in range(1, len(sizes) + 1)
+                                    for group in itertools.combinations(sizes, r)})
         self._scaled_strategies: dict[tuple, Strategy] = {}
         self.strategies = _Strategies(self.layouts, self._rule_tensor_cost)
         n_values = len(graph.shapes)
@@ -645,12 +665,34 @@ class Search:
         key = (id(source), id(target), shape, element_bytes)
         found = self._costs.get(key)
         if found is None:
-            try:
-                found = self.cost_model.price(plan(source, target, shape, element_bytes))
-            except ReshardError:
-                found = math.inf
-            self._costs[key] = found
+            # Every layout the search prices splits its dims evenly, so a
+            # plan's moves are fractions of the tensor that depend on the
+            # shape only through which dims each group of axes divides: one
+            # plan serves every tensor alike (a 13k-op step has few).
+            size = math.prod(shape) * element_bytes
+            like = (id(source), id(target), len(shape), self._divides(shape))
+            parts = self._plans.get(like)
+            if parts is None or not size:
+                try:
+                    fixed, moved = self.cost_model.parts(plan(source, target, shape, element_bytes))
+                    parts = (fixed, moved / size if size else 0.0)
+                except ReshardError:
+                    parts = (math.inf, 0.0)
+                if size:
+                    self._plans[like] = parts
+            found = self._costs[key] = parts[0] + parts[1] * size
         return found
+
+    def _divides(self, shape) -> tuple[int, ...]:
+        """Per dim, the mask of the mesh's axis-group sizes that divide it."""
+        masks = []
+        for n in shape:
+            found = self._divide_masks.get(n)
+            if found is None:
+                found = self._divide_masks[n] = sum(
+                    1 << i for i, size in enumerate(self._group_sizes) if n % size == 0)
+            masks.append(found)
+        return tuple(masks)
 
     def _rule_tensor_cost(self, source: Sharding, target: Sharding, tensor, rule: OpRule) -> float:
         # A result's shape from its factors (the rule is all a strategy knows);
