@@ -11,13 +11,16 @@ The formulation (Alpa's, made smaller)
 --------------------------------------
 *Strategies.*  An op's strategy deals mesh axes out to its factors
 (`OpRule`): each axis goes to one PASS_THROUGH or REDUCTION factor it
-divides, or to none.  That fixes the layout the op reads each operand in and
-writes each result in.  A sum whose REDUCTION factor is split writes a
-Partial result (OneFlow's P), or, as a second strategy, finishes the sum
-inside the op; an op linear in its operands (`UnreducedFlow`) may also carry
-a Partial through.  A *contraction* (an op with two operands that share a
-REDUCTION factor: dot, convolution) never computes the same block twice
-(Alpa's rule): only its strategies that split its work the most are kept.
+divides, or to none, and a factor's axes are taken in every order (which
+is major decides which devices share a block: expert parallelism splits
+its tokens with the expert axis minor).  That fixes the layout the op
+reads each operand in and writes each result in.  A sum whose REDUCTION
+factor is split writes a Partial result (OneFlow's P), or, as a second
+strategy, finishes the sum inside the op; an op linear in its operands
+(`UnreducedFlow`) may also carry a Partial through.  A *contraction* (an
+op with two operands that share a REDUCTION factor: dot, convolution)
+never computes the same block twice (Alpa's rule): only its strategies
+that split its work the most are kept.
 
 *Decision units.*  Each strategy set is one decision unit with one binary
 variable per strategy.  Most ops add no unit: an op with no REDUCTION
@@ -26,14 +29,22 @@ slices) *follows* its largest operand, its strategy read off that
 operand's layout; it only adds the costs of what it needs.  Values tied
 together (while carries, call arguments, function results) are one value
 class.  A class with no single producer (an argument, a loop carry) is a
-unit of its own whose strategies are its layouts.  An op whose operands are
-all scalars (a broadcast constant) takes whatever layout its one consumer
-wants, at no cost, and adds nothing.
+unit of its own whose strategies are its layouts.  So is a value read by
+two ops or more: the partitioner reshards a value once per layout, and
+every reader of that layout shares it, so a sum or a gather that serves
+several readers (or a layout several element-wise readers take) is paid
+once.  Its layouts are every even one and each Partial one its op writes;
+where the op writes it Partial and it is kept summed, the plan says so
+(`Plan.sum_targets`) and its readers share the one sum.  An op whose
+operands are all scalars (a broadcast constant) takes whatever layout its
+one consumer wants, at no cost, and adds nothing.
 
 *Costs.*  Where a value's layout differs from the layout a consumer reads
 it in, the reshard planner's plan is priced: bytes per device, or, when
 bandwidths are given, seconds (alpha + bytes / bandwidth per collective, the
-slowest axis of its group).  Between two units the cost is a matrix over
+slowest axis of its group).  Every layout priced splits evenly, so a plan
+is priced once per pair of layouts and the dims each axis group divides,
+and scaled to each tensor.  Between two units the cost is a matrix over
 their strategy pairs, linearized with one continuous variable per pair of
 distinct strategy groups and the transportation constraints (exact: the
 marginals are one-hot).  Within one unit it is a linear term.
@@ -52,7 +63,10 @@ cost matrices of their edges are summed.  The layers of an unrolled stack
 fall into one class each, so the problem's size does not grow with depth;
 only its building does, linearly, with every cost and strategy cached.
 
-The solver is `scipy.optimize.milp` (HiGHS).
+The solver is `scipy.optimize.milp` (HiGHS), stopped within 0.2% of the
+optimum, or 2% with memory bounded: there the LP bound is weak, closing
+the last percent is most of the solve, and the estimate itself is only
+within a few percent of what XLA compiles.
 """
 
 from __future__ import annotations
@@ -594,7 +608,8 @@ class Search:
 
     def _read_by_several(self, value: int) -> bool:
         """Whether `value` is read by two ops or more, so that a reshard of it
-        (the partitioner makes each once per layout) may serve several."""
+        (the partitioner makes each once per layout) may serve several: a
+        sum several readers need, or a layout several followers take."""
         root = self.root[value]
         if root != value or self.class_size[root] != 1 or root in self.unit_of_class \
                 or root in self.pinned_roots:
