@@ -680,12 +680,15 @@ class Search:
         key = (id(source), id(target), shape, element_bytes)
         found = self._costs.get(key)
         if found is None:
-            # Every layout the search prices splits its dims evenly, so a
-            # plan's moves are fractions of the tensor that depend on the
-            # shape only through which dims each group of axes divides: one
-            # plan serves every tensor alike (a 13k-op step has few).
+            # Where both layouts split every dim evenly (all the search makes;
+            # a user's pin may not), a plan's moves are fractions of the
+            # tensor that depend on the shape only through which dims each
+            # group of axes divides: one plan serves every tensor alike (a
+            # 13k-op step has few).
             size = math.prod(shape) * element_bytes
-            like = (id(source), id(target), len(shape), self._divides(shape))
+            even = self._even(source, shape) and self._even(target, shape)
+            like = (id(source), id(target), len(shape),
+                    self._divides(shape) if even else shape)
             parts = self._plans.get(like)
             if parts is None or not size:
                 try:
@@ -697,6 +700,14 @@ class Search:
                     self._plans[like] = parts
             found = self._costs[key] = parts[0] + parts[1] * size
         return found
+
+    def _even(self, layout: Sharding, shape) -> bool:
+        """Whether `layout` splits every dim of `shape` evenly by whole mesh axes."""
+        axis_size = self.layouts.axis_size
+        for n, axes in zip(shape, layout.dim_axes):
+            if any(axis not in axis_size for axis in axes) or n % _product(axis_size, axes):
+                return False
+        return True
 
     def _divides(self, shape) -> tuple[int, ...]:
         """Per dim, the mask of the mesh's axis-group sizes that divide it."""

@@ -363,3 +363,29 @@ def test_axes_of_one_dim_are_taken_in_either_order():
     # Sums of 512 products of order 20: compared at float32's precision of them.
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4,
                                atol=1e-5 * np.abs(want).max())
+
+
+def test_an_uneven_pin_is_priced_for_its_own_shape():
+    """The search prices a reshard once for all tensors the mesh divides
+    alike, which is exact for even splits only.  Rows 7 and 9 split over 2
+    devices pad differently (4 and 5 rows a device), so each is gathered at
+    its own price."""
+    from stablehlo_spmd.reshard import plan as reshard_plan
+    from stablehlo_spmd.sharding import Sharding
+
+    text = """
+    func.func @main(%a: tensor<7x16xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"},
+                    %b: tensor<9x16xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"})
+        -> (tensor<7x16xf32> {mhlo.sharding = "{replicated}"},
+            tensor<9x16xf32> {mhlo.sharding = "{replicated}"}) {
+      %0 = stablehlo.negate %a : tensor<7x16xf32>
+      %1 = stablehlo.negate %b : tensor<9x16xf32>
+      return %0, %1 : tensor<7x16xf32>, tensor<9x16xf32>
+    }"""
+    result, errors, _ = _plan(text, mesh="x=2")
+    assert not errors
+    mesh = Mesh.from_string("x=2")
+    split, whole = Sharding(mesh, (("x",), ())), Sharding(mesh, ((), ()))
+    want = sum(step.bytes_per_device for rows in (7, 9)
+               for step in reshard_plan(split, whole, (rows, 16), 4))
+    assert result.plan.cost == pytest.approx(want)
