@@ -51,10 +51,11 @@ marginals are one-hot).  Within one unit it is a linear term.
 
 *Memory.*  Each value's bytes per device is linear in its unit's variables;
 a value lives from its producer to its last consumer in program order
-(arguments and results: throughout).  The peak over the program is bounded
-by the budget at the program points where it is largest: the search solves,
-measures every point under the plan, adds the points that overflow, and
-solves again (a cutting-plane loop).
+(arguments and results: throughout); a contraction that cannot read an
+operand as a matrix holds a transposed copy of it.  The peak over the
+program is bounded by the budget at the program points where it is
+largest: the search solves, measures every point under the plan, adds the
+points that overflow, and solves again (a cutting-plane loop).
 
 *Repeated layers.*  Units whose ops look the same from three hops away
 (Weisfeiler-Lehman hashes over the op graph: op, rule, shapes and
@@ -881,7 +882,7 @@ class Search:
                 sizes = np.array([self.nbytes[value] / _shards(self.layouts, l) for l in wanted])
                 self.reads[value].append((index, unit, wanted, sizes))
                 self.read_sources[value] = found
-        terms = []
+        terms = self._transposed_operands(producer_of)
         for root in sorted(members):
             found = self._layouts_of(root)
             if found is None:
@@ -894,6 +895,37 @@ class Search:
             for start, last, values in _merged(members[root]):
                 if not self._fused(values, producer_of):
                     terms.append((root, unit, per_device, start, last))
+        return terms
+
+    def _transposed_operands(self, producer_of: dict[int, int]) -> list:
+        """The copy a contraction makes of each operand whose dims are not in
+        a matrix multiply's order: XLA's dot canonicalization transposes it
+        to (batch, free, contracting) (or contracting before free) so that it
+        reads as one batched matrix.  The copy lives at the contraction, and
+        is its operand's size in the layout the contraction reads.  Where the
+        operand is computed by a loop fusion only the contraction reads, the
+        fusion writes the transposed order itself and no copy is made."""
+        graph = self.graph
+        terms = []
+        for index in self.real_nodes:
+            node = graph.nodes[index]
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0 or not _is_contraction(node.rule) or node.rule.windows:
+                continue
+            for position in _transposed_positions(node.rule):
+                value = node.operands[position]
+                if value == NO_VALUE or value in self.free_sources:
+                    continue
+                producer = graph.nodes[producer_of[value]] if value in producer_of else None
+                if producer is not None and len(self.consumers[value]) == 1 and (
+                        producer.rule.elementwise or producer.is_broadcast):
+                    continue
+                sizes = np.array([self.nbytes[value] / _shards(self.layouts, s.operands[position])
+                                  for s in self.node_strategy[index]])
+                # A copy of an argument needs nothing else: XLA's schedule
+                # makes it at the start, as it does an argument's gathers.
+                born = 0 if self.root[value] in self.argument_roots else index
+                terms.append((self.root[value], unit, sizes, born, index))
         return terms
 
     def _fused(self, buffer: list[int], producer_of: dict[int, int]) -> bool:
@@ -1182,6 +1214,34 @@ def _is_bitcast(rule: OpRule) -> bool:
         return [f for dim in tensor for f in dim if rule.factor_sizes[f] > 1]
 
     return order(rule.operands[0]) == order(rule.results[0])
+
+
+def _transposed_positions(rule: OpRule) -> list[int]:
+    """The operands of a contraction whose dims, major to minor, are not
+    batch dims, then free and contracting dims in two runs (either first):
+    the ones a matrix multiply cannot read in place.  A batch factor is in
+    every operand; dims of size one are placed anywhere."""
+    in_all = set.intersection(*({f for dim in tensor for f in dim} for tensor in rule.operands))
+    positions = []
+    for position, tensor in enumerate(rule.operands):
+        kinds = []
+        for dim in tensor:
+            factors = [f for f in dim if rule.factor_sizes[f] > 1]
+            if not factors:
+                continue
+            if all(f in in_all and rule.factor_kinds[f] is FactorKind.PASS_THROUGH
+                   for f in factors):
+                kind = "batch"
+            elif all(rule.factor_kinds[f] is FactorKind.REDUCTION for f in factors):
+                kind = "contracting"
+            else:
+                kind = "free"
+            if not kinds or kinds[-1] != kind:
+                kinds.append(kind)
+        runs = kinds[1:] if kinds[:1] == ["batch"] else kinds
+        if "batch" in runs or len(runs) > 2:
+            positions.append(position)
+    return positions
 
 
 def _distinct(items: list, key=id) -> tuple[list, list[int]]:
