@@ -230,6 +230,9 @@ MEASURED_PLANS = 4
 # How far the estimate may be off XLA's analysis: the cheapest plan of any
 # size is measured first when its estimate is within this of the budget.
 ESTIMATE_ERROR = 0.25
+# The least time a gamble on a larger plan gets: a small problem's plan is
+# found in milliseconds, and a busy machine must not lose the gamble for it.
+GAMBLE_SECONDS = 1.0
 
 
 def _fit_measured(searcher: Search, budget: float, time_limit: float,
@@ -248,9 +251,9 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
       left more than `MEASURED_SLACK` unused, where a larger plan would move
       less, once above the estimate it was searched under (never as high as an
       estimate that overflowed before).  Opening the search is a gamble on a
-      cheaper plan, given as long as the plan that fitted took to find: if
-      its plan overflows, or none is found in that time, the plan that
-      fitted stands.
+      cheaper plan, given as long as the plan that fitted took to find (at
+      least `GAMBLE_SECONDS`): if its plan overflows, or none is found in
+      that time, the plan that fitted stands.
 
     The search's problem is built once and reused, and the loop keeps within
     `time_limit` and `MEASURED_PLANS` plans measured.  Without a plan that
@@ -318,7 +321,8 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
             break
         # Opening the search is a gamble on a cheaper plan: it may take as
         # long as finding the plan that fits took, and no longer.
-        patience = min(remaining, plan.solve_seconds) if fits else remaining
+        patience = min(remaining, max(plan.solve_seconds, GAMBLE_SECONDS)) if fits \
+            else remaining
         try:
             plan = searcher.solve(limit, patience)
         except InfeasibleBudget:
