@@ -299,8 +299,9 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
     for _attempt in range(MEASURED_PLANS):
         if not unmeasured(plan):
             break   # no new plan under the new limit
-        if best is not None and plan.cost >= best.cost:
-            break   # (a gamble cut short by its time): it cannot beat the plan that fits
+        if best is not None and plan.cost >= best.cost * (1 - 1e-9):
+            break   # (a gamble cut short by its time, or the same cost in other
+            # layouts: the solver's rounding): it cannot beat the plan that fits
         plan = measured(plan)
         fits = plan.measured_memory <= budget
         if fits and (plan.measured_memory >= (1 - MEASURED_SLACK) * budget
