@@ -901,10 +901,11 @@ class Search:
         """The copy a contraction makes of each operand whose dims are not in
         a matrix multiply's order: XLA's dot canonicalization transposes it
         to (batch, free, contracting) (or contracting before free) so that it
-        reads as one batched matrix.  The copy lives at the contraction, and
-        is its operand's size in the layout the contraction reads.  Where the
-        operand is computed by a loop fusion only the contraction reads, the
-        fusion writes the transposed order itself and no copy is made."""
+        reads as one batched matrix.  The copy is its operand's size in the
+        layout the contraction reads, and lives at the contraction (a copy of
+        an argument: from the start, see below).  Where the operand is
+        computed by a loop fusion only the contraction reads, the fusion
+        writes the transposed order itself and no copy is made."""
         graph = self.graph
         terms = []
         for index in self.real_nodes:

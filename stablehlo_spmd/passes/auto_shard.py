@@ -299,9 +299,10 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
     for _attempt in range(MEASURED_PLANS):
         if not unmeasured(plan):
             break   # no new plan under the new limit
+        # A gamble cut short by its time, or the same cost in other layouts
+        # (the solver's rounding), cannot beat the plan that fits.
         if best is not None and plan.cost >= best.cost * (1 - 1e-9):
-            break   # (a gamble cut short by its time, or the same cost in other
-            # layouts: the solver's rounding): it cannot beat the plan that fits
+            break
         plan = measured(plan)
         fits = plan.measured_memory <= budget
         if fits and (plan.measured_memory >= (1 - MEASURED_SLACK) * budget
@@ -321,7 +322,8 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
         if out_of_time or abs(limit - plan.peak_memory) < 1e-3 * budget:
             break
         # Opening the search is a gamble on a cheaper plan: it may take as
-        # long as finding the plan that fits took, and no longer.
+        # long as finding the plan that fits took (or `GAMBLE_SECONDS`), and
+        # no longer.
         patience = min(remaining, max(plan.solve_seconds, GAMBLE_SECONDS)) if fits \
             else remaining
         try:
