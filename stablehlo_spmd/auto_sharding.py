@@ -64,10 +64,15 @@ cost matrices of their edges are summed.  The layers of an unrolled stack
 fall into one class each, so the problem's size does not grow with depth;
 only its building does, linearly, with every cost and strategy cached.
 
-The solver is `scipy.optimize.milp` (HiGHS), stopped within 0.2% of the
-optimum, or 2% with memory bounded: there the LP bound is weak, closing
-the last percent is most of the solve, and the estimate itself is only
-within a few percent of what XLA compiles.
+The solver is HiGHS.  The LP relaxation goes first, in one instance kept
+warm across solves (highspy): unbounded it is integral on every model
+measured, and bounded, its memory rows' duals price memory into the
+objective, which makes it integral again with a plan the LP's value
+proves (`_Milp.relaxed`).  Where that proof falls short, the 0-1 program
+is solved (`scipy.optimize.milp`), stopped within 0.2% of the optimum, or
+2% with memory bounded: there the LP bound is weak, closing the last
+percent is most of the solve, and the estimate itself is only within a
+few percent of what XLA compiles.  The proof asks the same 2%.
 """
 
 from __future__ import annotations
@@ -97,6 +102,10 @@ TIE_BREAK = 1e-6
 # within a few percent of what XLA compiles: proving more is false precision.
 MIP_GAP = 2e-3
 BOUNDED_GAP = 2e-2
+# The relaxation's memory prices: its duals marked up by 0.1%, then 4 times
+# as much each step, until the priced plan fits the budget.
+RELAXED_MARKUP = 1e-3
+RELAXED_STEPS = 6
 _INFEASIBLE = 2   # scipy.optimize.milp's status for a problem with no solution
 
 
@@ -973,15 +982,14 @@ class Search:
         for _round in range(12):
             rows = [self._memory_row(memory, t, reference) for t in cuts]
             # The limit is the whole solve's, cutting-plane rounds and all.
-            left = max(1e-9, started + time_limit - time.perf_counter())
             if memory_budget is None or not rows:
                 # Without a bounded point the budget bounds nothing: the
                 # measured loop asks for this plan again and again.
                 if self._unbounded is None:
-                    self._unbounded = problem.solve([], None, left)
+                    self._unbounded = self._exact(problem, [], None, started + time_limit)
                 choice = self._unbounded
             else:
-                choice = problem.solve(rows, memory_budget, left)
+                choice = self._exact(problem, rows, memory_budget, started + time_limit)
             if choice is None:
                 smallest, _ = self._smallest_peak(problem, memory, points, cuts, time_limit)
                 raise InfeasibleBudget(
@@ -1000,6 +1008,20 @@ class Search:
         objective = max(0.0, objective - tie_break * sum(
             per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
         return self._plan(strategies, objective, points, started)
+
+    @staticmethod
+    def _exact(problem: "_Milp", rows, budget, deadline: float):
+        """The relaxation's plan where it proves itself; else the 0-1
+        program's, or, out of time for that, the relaxation's best."""
+        best, proved = problem.relaxed(rows, budget, max(1e-9, deadline - time.perf_counter()))
+        if proved:
+            return best
+        try:
+            return problem.solve(rows, budget, max(1e-9, deadline - time.perf_counter()))
+        except SearchTimeLimit:
+            if best is None:
+                raise
+            return best
 
     def least_memory(self, time_limit: float = 60.0) -> Plan:
         """The plan with the least estimated peak memory, whatever it moves."""
@@ -1278,7 +1300,7 @@ def format_bytes(size: float | None) -> str:
 
 
 class _Milp:
-    """The 0-1 program over variable classes, for scipy's HiGHS."""
+    """The 0-1 program over variable classes, and its LP relaxation."""
 
     BIG = 1e30
 
@@ -1335,32 +1357,44 @@ class _Milp:
         self.constraints = len(self.rows)
         self.classes = classes
         self.parts = (linear, blocks)   # to price a plan found otherwise
+        self._lp = None         # the LP relaxation, and a HiGHS instance kept warm on it
+        self._priced = None
+
+    def _columns(self, memory_row: dict) -> tuple[np.ndarray, np.ndarray]:
+        """A memory row (unit -> bytes per strategy) over the choice columns."""
+        columns: dict[int, float] = collections.defaultdict(float)
+        for unit, per_device in memory_row.items():
+            start = self.offsets[self.classes[unit]]
+            for s, size in enumerate(per_device):
+                columns[start + s] += size
+        return (np.fromiter(columns, dtype=np.int64, count=len(columns)),
+                np.fromiter(columns.values(), dtype=float, count=len(columns)))
+
+    @staticmethod
+    def _matrix(rows, n: int):
+        from scipy import sparse
+
+        data, row_ids, col_ids = [], [], []
+        for r, (cols, values, _lo, _hi) in enumerate(rows):
+            col_ids.extend(cols)
+            data.extend(values)
+            row_ids.extend([r] * len(cols))
+        return sparse.csr_array((data, (row_ids, col_ids)), shape=(len(rows), n))
 
     def solve(self, memory_rows, budget, time_limit, minimize_peak: bool = False):
-        from scipy import sparse
         from scipy.optimize import Bounds, LinearConstraint, milp
 
         rows = list(self.rows)
         n = self.variables + (1 if minimize_peak else 0)
         for row in memory_rows if (budget is not None or minimize_peak) else ():
-            columns: dict[int, float] = collections.defaultdict(float)
-            for unit, per_device in row.items():
-                start = self.offsets[self.classes[unit]]
-                for s, size in enumerate(per_device):
-                    columns[start + s] += size
+            cols, values = self._columns(row)
             if minimize_peak:
-                columns[n - 1] = -1.0
-                rows.append((list(columns), list(columns.values()), -np.inf, 0.0))
+                rows.append(([*cols, n - 1], [*values, -1.0], -np.inf, 0.0))
             else:
-                rows.append((list(columns), list(columns.values()), -np.inf, budget))
-        data, row_ids, col_ids, lower, upper = [], [], [], [], []
-        for r, (cols, values, lo, hi) in enumerate(rows):
-            col_ids.extend(cols)
-            data.extend(values)
-            row_ids.extend([r] * len(cols))
-            lower.append(lo)
-            upper.append(hi)
-        matrix = sparse.csr_array((data, (row_ids, col_ids)), shape=(len(rows), n))
+                rows.append((cols, values, -np.inf, budget))
+        matrix = self._matrix(rows, n)
+        lower = [lo for _c, _v, lo, _hi in rows]
+        upper = [hi for _c, _v, _lo, hi in rows]
         if minimize_peak:
             objective = np.zeros(n)
             objective[-1] = 1.0
@@ -1383,11 +1417,122 @@ class _Milp:
             raise SearchTimeLimit(
                 f"the solver found no plan within its time limit of {time_limit:g} s; "
                 "give the search more time (time-limit)")
-        chosen = {}
-        for cls, start in self.offsets.items():
-            values = result.x[start:start + self.class_size[cls]]
-            chosen[cls] = int(np.argmax(values))
-        strategies = [chosen[cls] for cls in self.classes]
+        strategies = self._strategies(result.x)
         if minimize_peak:
             return strategies, float(result.x[-1])
         return strategies, float(result.fun)
+
+    def _strategies(self, x: np.ndarray) -> list[int]:
+        chosen = {cls: int(np.argmax(x[start:start + self.class_size[cls]]))
+                  for cls, start in self.offsets.items()}
+        return [chosen[cls] for cls in self.classes]
+
+    def _relaxation(self):
+        """The LP relaxation (HighsLp, no memory rows), built on first use."""
+        if self._lp is None:
+            import highspy
+
+            matrix = self._matrix(self.rows, self.variables).tocsc()
+            lp = highspy.HighsLp()
+            lp.num_col_ = self.variables
+            lp.num_row_ = len(self.rows)
+            lp.col_cost_ = self.objective
+            lp.col_lower_ = np.zeros(self.variables)
+            lp.col_upper_ = self.upper
+            lp.row_lower_ = np.array([lo for _c, _v, lo, _hi in self.rows], dtype=float)
+            lp.row_upper_ = np.array([hi for _c, _v, _lo, hi in self.rows], dtype=float)
+            lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+            lp.a_matrix_.start_ = matrix.indptr
+            lp.a_matrix_.index_ = matrix.indices
+            lp.a_matrix_.value_ = matrix.data
+            self._lp = lp
+            self._priced = self._highs(lp)
+        return self._lp
+
+    @staticmethod
+    def _highs(lp):
+        import highspy
+
+        highs = highspy.Highs()
+        highs.setOptionValue("output_flag", False)
+        highs.passModel(lp)
+        return highs
+
+    def relaxed(self, memory_rows, budget, time_limit):
+        """(the best plan found, or None; whether it is proved within
+        BOUNDED_GAP (MIP_GAP unbounded) of the optimum, or proved
+        infeasible when there is no plan), from the LP relaxation.
+
+        Unbounded, the LP is integral on every model measured, and its
+        optimum is the plan.  Bounded, it is not (a memory row makes the
+        cheapest plan a blend of one over and one under the budget), but
+        its row duals are the memory's price: with each row moved into the
+        objective at its dual, marked up a little so the tie between the two
+        plans breaks towards the one under the budget, the LP is the
+        unbounded one again, integral, and its plan is proved by the
+        bounded LP's value.  Each LP starts from the last one's basis, a
+        fraction of a cold solve.  Where the plan is fractional, does not
+        fit, or is not proved, the caller solves the 0-1 program."""
+        import highspy
+
+        deadline = time.perf_counter() + time_limit
+        lp = self._relaxation()
+        priced = self._priced
+        optimal = highspy.HighsModelStatus.kOptimal
+
+        def run(highs) -> bool:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return False
+            highs.setOptionValue("time_limit", left)
+            highs.run()
+            return highs.getModelStatus() == optimal
+
+        def integral(x: np.ndarray) -> bool:
+            choices = x[:self.n_choice]
+            return bool(np.all(np.abs(choices - np.round(choices)) < 1e-6))
+
+        columns = [self._columns(row) for row in memory_rows]
+        everything = np.arange(self.variables, dtype=np.int32)
+        if not columns:
+            priced.changeColsCost(self.variables, everything, self.objective)
+            if run(priced):
+                x = np.asarray(priced.getSolution().col_value)
+                if integral(x):
+                    return (self._strategies(x), float(self.objective @ x)), True
+            return None, False
+        bounded = self._highs(lp)
+        basis = priced.getBasis()
+        if basis.valid:
+            bounded.setBasis(basis)
+        for cols, values in columns:
+            bounded.addRow(-highspy.kHighsInf, budget, len(cols), cols.astype(np.int32), values)
+        if not run(bounded):
+            infeasible = bounded.getModelStatus() == highspy.HighsModelStatus.kInfeasible
+            return None, infeasible
+        bound = bounded.getInfo().objective_function_value
+        x = np.asarray(bounded.getSolution().col_value)
+        if integral(x):
+            return (self._strategies(x), float(self.objective @ x)), True
+        rows = np.zeros((len(columns), self.variables))
+        for r, (cols, values) in enumerate(columns):
+            rows[r, cols] = values
+        duals = np.maximum(0.0, -np.asarray(bounded.getSolution().row_dual[len(self.rows):]))
+        if not duals.any():
+            return None, False
+        markup = RELAXED_MARKUP
+        best = None
+        for _step in range(RELAXED_STEPS):
+            priced.changeColsCost(self.variables, everything,
+                                  self.objective + (duals * (1 + markup)) @ rows)
+            if not run(priced):
+                break
+            x = np.asarray(priced.getSolution().col_value)
+            markup *= 4
+            if not integral(x) or np.any(rows @ x > budget * (1 + 1e-9)):
+                continue
+            cost = float(self.objective @ x)
+            best = (self._strategies(x), cost)
+            # A higher markup only buys a dearer plan.
+            return best, cost - bound <= BOUNDED_GAP * abs(cost)
+        return best, False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 import warnings
 
 import jax
@@ -14,6 +15,7 @@ import pytest
 
 import stablehlo_spmd as ss
 from stablehlo_spmd import demo_model, diagnostics
+from stablehlo_spmd.auto_sharding import Search, _Milp, _Unit
 from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.ir import make_context, parse_module
 from stablehlo_spmd.mesh import Mesh
@@ -324,6 +326,48 @@ def test_training_step_matches_one_device_and_keeps_parameter_layouts():
     parameters = len(jax.tree_util.tree_leaves(params))
     assert [s for _, s in results[:parameters]] == [s for _, s in arguments[:parameters]]
     assert any(s != "{replicated}" for _, s in arguments[:parameters])
+
+
+def _switches(costs, saved: float = 10.0):
+    """A 0-1 program of independent units, each either free and holding
+    `saved` bytes, or holding none at its cost."""
+    units = [_Unit("value", i, [0, 1]) for i in range(len(costs))]
+    linear = [np.array([0.0, c]) for c in costs]
+    row = {i: np.array([saved, 0.0]) for i in range(len(costs))}
+    return _Milp(units, list(range(len(costs))), linear, {}), [row]
+
+
+def test_the_relaxation_proves_a_plan_its_memory_price_picks():
+    """100 units, unit i dearer to switch the larger i: a budget of 50 whole
+    units and a half forces the 50 cheapest off.  The LP holds the 50th
+    half-switched; the memory row's dual prices it, marked up, all the way,
+    and that plan is within the gap of the LP's value (the half unit's cost,
+    against 50 units'), so it is proved."""
+    costs = [1 + i / 100 for i in range(100)]
+    problem, rows = _switches(costs)
+    (strategies, cost), proved = problem.relaxed(rows, 10.0 * 50 + 5, time_limit=30)
+    assert proved
+    assert strategies == [1] * 50 + [0] * 50
+    assert cost == pytest.approx(sum(costs[:50]))
+    # With the rows gone again, nothing is priced: the free plan.
+    (strategies, cost), proved = problem.relaxed([], None, time_limit=30)
+    assert proved and cost == 0 and strategies == [0] * 100
+
+
+def test_a_plan_the_relaxation_cannot_prove_comes_from_the_0_1_program():
+    """Three units, one saving each worth 8 of the 30 held, against a budget
+    of 20: two must switch.  Units 0 and 1 pay 2 to differ.  Switching 0
+    and 1 costs 3 + 5; 0 and 2, 3 + 4 + 2; 1 and 2, 5 + 4 + 2.  The LP
+    blends them; no price picks exactly two, so the 0-1 program decides."""
+    units = [_Unit("value", i, [0, 1]) for i in range(3)]
+    linear = [np.array([0.0, 3.0]), np.array([0.0, 5.0]), np.array([0.0, 4.0])]
+    problem = _Milp(units, [0, 1, 2], linear, {(0, 1): np.array([[0.0, 2.0], [2.0, 0.0]])})
+    rows = [{unit: np.array([10.0, 2.0]) for unit in range(3)}]
+    _, proved = problem.relaxed(rows, 20.0, time_limit=30)
+    assert not proved
+    assert Search._exact(problem, rows, 20.0, time.perf_counter() + 30) == ([1, 1, 0], 8.0)
+    # A budget below every plan is proved infeasible by the LP alone.
+    assert problem.relaxed(rows, 5.0, time_limit=30) == (None, True)
 
 
 def test_repeated_layers_share_one_problem():
