@@ -989,19 +989,7 @@ class Search:
                     self._unbounded = self._exact(problem, [], None, started + time_limit)
                 choice = self._unbounded
             else:
-                found = problem.relaxed(rows, memory_budget,
-                                        max(1e-9, started + time_limit - time.perf_counter()))
-                best, proved = found
-                if best is not None and not proved:
-                    peak, at = self._peak(memory, best[0], points)
-                    if peak > memory_budget * (1 + 1e-9) and at not in cuts:
-                        # It overflows where no row bounds it yet: cut there
-                        # before proving anything (the 0-1 program's plan
-                        # mostly overflows there too, and costs seconds).
-                        choice, reference = best, best[0]
-                        cuts.append(at)
-                        continue
-                choice = self._exact(problem, rows, memory_budget, started + time_limit, found)
+                choice = self._exact(problem, rows, memory_budget, started + time_limit)
             if choice is None:
                 smallest, _ = self._smallest_peak(problem, memory, points, cuts, time_limit)
                 raise InfeasibleBudget(
@@ -1022,12 +1010,10 @@ class Search:
         return self._plan(strategies, objective, points, started)
 
     @staticmethod
-    def _exact(problem: "_Milp", rows, budget, deadline: float, found=None):
+    def _exact(problem: "_Milp", rows, budget, deadline: float):
         """The relaxation's plan where it proves itself; else the 0-1
-        program's, or, out of time for that, the relaxation's best.
-        `found`: the relaxation's answer, where the caller has it."""
-        best, proved = found or problem.relaxed(rows, budget,
-                                                max(1e-9, deadline - time.perf_counter()))
+        program's, or, out of time for that, the relaxation's best."""
+        best, proved = problem.relaxed(rows, budget, max(1e-9, deadline - time.perf_counter()))
         if proved:
             return best
         try:
