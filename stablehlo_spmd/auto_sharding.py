@@ -981,15 +981,15 @@ class Search:
         reference = None
         for _round in range(12):
             rows = [self._memory_row(memory, t, reference) for t in cuts]
-            # The limit is the whole solve's, cutting-plane rounds and all.
+            # The deadline is the whole solve's, cutting-plane rounds and all.
             if memory_budget is None or not rows:
                 # Without a bounded point the budget bounds nothing: the
                 # measured loop asks for this plan again and again.
                 if self._unbounded is None:
-                    self._unbounded = self._exact(problem, [], None, started + time_limit)
+                    self._unbounded = self._within_gap(problem, [], None, started + time_limit)
                 choice = self._unbounded
             else:
-                choice = self._exact(problem, rows, memory_budget, started + time_limit)
+                choice = self._within_gap(problem, rows, memory_budget, started + time_limit)
             if choice is None:
                 smallest, _ = self._smallest_peak(problem, memory, points, cuts, time_limit)
                 raise InfeasibleBudget(
@@ -1010,7 +1010,7 @@ class Search:
         return self._plan(strategies, objective, points, started)
 
     @staticmethod
-    def _exact(problem: "_Milp", rows, budget, deadline: float):
+    def _within_gap(problem: "_Milp", rows, budget, deadline: float):
         """The relaxation's plan where it proves itself; else the 0-1
         program's, or, out of time for that, the relaxation's best."""
         best, proved = problem.relaxed(rows, budget, max(1e-9, deadline - time.perf_counter()))

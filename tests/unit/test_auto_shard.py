@@ -365,7 +365,7 @@ def test_a_plan_the_relaxation_cannot_prove_comes_from_the_0_1_program():
     rows = [{unit: np.array([10.0, 2.0]) for unit in range(3)}]
     _, proved = problem.relaxed(rows, 20.0, time_limit=30)
     assert not proved
-    assert Search._exact(problem, rows, 20.0, time.perf_counter() + 30) == ([1, 1, 0], 8.0)
+    assert Search._within_gap(problem, rows, 20.0, time.perf_counter() + 30) == ([1, 1, 0], 8.0)
     # A budget below every plan is proved infeasible by the LP alone.
     assert problem.relaxed(rows, 5.0, time_limit=30) == (None, True)
 
