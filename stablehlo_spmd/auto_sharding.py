@@ -1428,7 +1428,8 @@ class _Milp:
         return [chosen[cls] for cls in self.classes]
 
     def _relaxation(self):
-        """The LP relaxation (HighsLp, no memory rows), built on first use."""
+        """(the LP relaxation without memory rows, the HiGHS instance kept
+        warm on it), built on first use."""
         if self._lp is None:
             import highspy
 
@@ -1447,7 +1448,7 @@ class _Milp:
             lp.a_matrix_.value_ = matrix.data
             self._lp = lp
             self._priced = self._highs(lp)
-        return self._lp
+        return self._lp, self._priced
 
     @staticmethod
     def _highs(lp):
@@ -1476,8 +1477,7 @@ class _Milp:
         import highspy
 
         deadline = time.perf_counter() + time_limit
-        lp = self._relaxation()
-        priced = self._priced
+        lp, priced = self._relaxation()
         optimal = highspy.HighsModelStatus.kOptimal
 
         def run(highs) -> bool:
