@@ -337,10 +337,10 @@ def _switches(costs, saved: float = 10.0):
     return _Milp(units, list(range(len(costs))), linear, {}), [row]
 
 
-def test_the_relaxation_proves_a_plan_its_memory_price_picks():
+def test_the_relaxation_proves_the_plan_its_support_decides():
     """100 units, unit i dearer to switch the larger i: a budget of 50 whole
     units and a half forces the 50 cheapest off.  The LP holds the 50th
-    half-switched; the memory row's dual prices it, marked up, all the way,
+    half-switched; the 0-1 program on the LP's support switches it whole,
     and that plan is within the gap of the LP's value (the half unit's cost,
     against 50 units'), so it is proved."""
     costs = [1 + i / 100 for i in range(100)]
@@ -349,25 +349,48 @@ def test_the_relaxation_proves_a_plan_its_memory_price_picks():
     assert proved
     assert strategies == [1] * 50 + [0] * 50
     assert cost == pytest.approx(sum(costs[:50]))
-    # With the rows gone again, nothing is priced: the free plan.
+    # With the rows gone again, nothing bounds memory: the free plan.
     (strategies, cost), proved = problem.relaxed([], None, time_limit=30)
     assert proved and cost == 0 and strategies == [0] * 100
 
 
-def test_a_plan_the_relaxation_cannot_prove_comes_from_the_0_1_program():
+def _three_switches(ballast: float | None = None):
     """Three units, one saving each worth 8 of the 30 held, against a budget
     of 20: two must switch.  Units 0 and 1 pay 2 to differ.  Switching 0
     and 1 costs 3 + 5; 0 and 2, 3 + 4 + 2; 1 and 2, 5 + 4 + 2.  The LP
-    blends them; no price picks exactly two, so the 0-1 program decides."""
+    blends them at 5 (switching 0 and 1 together, or 2, costs 4 a unit of
+    the 1.25 units needed).  A `ballast` unit adds a cost no plan avoids."""
     units = [_Unit("value", i, [0, 1]) for i in range(3)]
     linear = [np.array([0.0, 3.0]), np.array([0.0, 5.0]), np.array([0.0, 4.0])]
-    problem = _Milp(units, [0, 1, 2], linear, {(0, 1): np.array([[0.0, 2.0], [2.0, 0.0]])})
-    rows = [{unit: np.array([10.0, 2.0]) for unit in range(3)}]
+    if ballast is not None:
+        units.append(_Unit("value", 3, [0]))
+        linear.append(np.array([ballast]))
+    problem = _Milp(units, list(range(len(units))), linear,
+                    {(0, 1): np.array([[0.0, 2.0], [2.0, 0.0]])})
+    return problem, [{unit: np.array([10.0, 2.0]) for unit in range(3)}]
+
+
+def test_a_plan_the_relaxation_cannot_prove_comes_from_the_0_1_program():
+    """The LP's 5 is far under any plan's 8 or more: the 0-1 program decides."""
+    problem, rows = _three_switches()
     _, proved = problem.relaxed(rows, 20.0, time_limit=30)
     assert not proved
     assert Search._within_gap(problem, rows, 20.0, time.perf_counter() + 30) == ([1, 1, 0], 8.0)
     # A budget below every plan is proved infeasible by the LP alone.
     assert problem.relaxed(rows, 5.0, time_limit=30) == (None, True)
+
+
+def test_a_tight_relaxation_proves_its_support_s_plan():
+    """With 250 that every plan pays, the LP's 255 is within the gap of the
+    plans switching 0 and 1 (258) or 0 and 2 (259), not of 1 and 2 (261).
+    Every optimum of the LP switches 0 and 1 alike (apart, they pay 2
+    more), so on its support the 0-1 program finds one of the first two,
+    and proves it."""
+    problem, rows = _three_switches(ballast=250.0)
+    (strategies, cost), proved = problem.relaxed(rows, 20.0, time_limit=30)
+    assert proved
+    assert sum(strategies[:3]) == 2
+    assert (strategies[:3], cost) in (([1, 1, 0], 258.0), ([1, 0, 1], 259.0))
 
 
 def test_repeated_layers_share_one_problem():
