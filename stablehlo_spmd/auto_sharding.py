@@ -52,10 +52,15 @@ marginals are one-hot).  Within one unit it is a linear term.
 *Memory.*  Each value's bytes per device is linear in its unit's variables;
 a value lives from its producer to its last consumer in program order
 (arguments and results: throughout); a contraction that cannot read an
-operand as a matrix holds a transposed copy of it.  The peak over the
-program is bounded by the budget at the program points where it is
-largest: the search solves, measures every point under the plan, adds the
-points that overflow, and solves again (a cutting-plane loop).
+operand as a matrix holds a transposed copy of it.  A read in another
+layout than its value's is a copy, shared by the value's later reads in
+that layout; whether one is live depends on two units' choices, so a row
+charges the last plan's copies to their first readers and each read that
+plan makes in place to its pair variables, which see a source moving its
+layout under a reader (`_memory_row`).  The peak over the program is
+bounded by the budget at the program points where it is largest: the
+search solves, measures every point under the plan, adds the points that
+overflow, and solves again (a cutting-plane loop).
 
 *Repeated layers.*  Units whose ops look the same from three hops away
 (Weisfeiler-Lehman hashes over the op graph: op, rule, shapes and
@@ -535,6 +540,7 @@ class Search:
         self.variable_classes = self._cluster() if cluster else list(range(len(self.units)))
         self._built = None
         self._cuts: list[int] = []
+        self._reference: list[int] | None = None
         self._unbounded = None   # the cheapest plan of any size, once solved
 
     # --------------------------------------------------------------- build
@@ -975,7 +981,8 @@ class Search:
         cuts: list[int] = self._cuts
         points = sorted({t for *_, b, l in memory for t in (b, l)})
         choice = None
-        reference = None
+        # Rows are linearized around the last plan, of this solve or the last.
+        reference = self._reference
         for _round in range(12):
             rows = [self._memory_row(memory, t, reference) for t in cuts]
             # The deadline is the whole solve's, cutting-plane rounds and all.
@@ -1002,6 +1009,8 @@ class Search:
             if at not in cuts:
                 cuts.append(at)
         strategies, objective = choice
+        if memory_budget is not None:
+            self._reference = strategies
         objective = max(0.0, objective - tie_break * sum(
             per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
         return self._plan(strategies, objective, points, started)
@@ -1089,21 +1098,47 @@ class Search:
         return unit, [s.operands[position] for s in self.node_strategy[node]]
 
     def _memory_row(self, memory, point: int, reference: list[int] | None) -> dict:
-        """Bytes live at `point`, linear in the units' variables.  The copies
-        made for reads are charged as if each value kept its layout from
-        the `reference` plan (the previous round's): exact linear terms
-        would need a variable per pair of layouts."""
-        row: dict[int, np.ndarray] = {}
+        """Bytes live at `point`, linear in the program's variables: a unit's
+        bytes per strategy, keyed by the unit, and a read's copy per pair of
+        strategies, keyed by (source unit, reader unit), which the solver
+        prices on the pair's variables where the two units have them.
+
+        A copy is made at the first read of a value in another layout and
+        shared by its later reads in that layout, so whether one is live
+        depends on several choices at once.  Around the `reference` plan
+        (the previous round's) the row is exact: each of its copies live at
+        `point` is charged to its first reader, as if the value kept its
+        layout.  Each read the reference makes in place is charged by the
+        pair, where a copy would be live at `point`: a plan that moves the
+        value's layout under such a read pays for the copy it makes there,
+        which the reader alone cannot see."""
+        row: dict = {}
         for _value, unit, per_device, born, last in memory:
             if born <= point <= last:
                 row[unit] = row.get(unit, 0) + per_device
-        if reference is not None:
-            for value, (held, first, _size, start, end) in self._copies(reference):
-                if start <= point <= end:
-                    _time, unit, wanted, sizes = first
-                    copies = np.array([0.0 if w is held else size
-                                       for w, size in zip(wanted, sizes)])
-                    row[unit] = row.get(unit, 0) + copies
+        if reference is None:
+            return row
+        for value, (held, first, _size, start, end) in self._copies(reference):
+            if start <= point <= end:
+                _time, unit, wanted, sizes = first
+                copies = np.array([0.0 if w is held else size
+                                   for w, size in zip(wanted, sizes)])
+                row[unit] = row.get(unit, 0) + copies
+        for value, reads in self.reads.items():
+            if max(read[0] for read in reads) < point:
+                continue
+            source_unit, source_layouts = self.read_sources[value]
+            held = source_layouts[reference[source_unit]]
+            # A copy lives from its first read, or, of an argument, from the start.
+            argument = self.root[value] in self.argument_roots
+            for time_, unit, wanted, sizes in reads:
+                if wanted[reference[unit]] is not held or (time_ < point if argument
+                                                           else time_ > point):
+                    continue
+                key = (source_unit, unit)
+                copies = np.array([[0.0 if w is layout else size for w, size in zip(wanted, sizes)]
+                                   for layout in source_layouts])
+                row[key] = row.get(key, 0) + copies
         return row
 
     def _copies(self, strategies: list[int]):
@@ -1326,6 +1361,9 @@ class _Milp:
             self.rows.append((list(range(start, start + size)), [1.0] * size, 1.0, 1.0))
         pair_costs = []
         pair_upper = []
+        # (source class, reader class) -> (first pair variable, row group of
+        # each source strategy, column group of each reader strategy, columns)
+        self.pairs: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray, int]] = {}
         for (a, b), matrix in blocks.items():
             if not matrix.any() and np.isfinite(matrix).all():
                 continue
@@ -1335,6 +1373,7 @@ class _Milp:
                                   [col_groups[1].index(j) for j in range(len(col_groups[0]))])]
             base = count + len(pair_costs)
             n_rows, n_cols = small.shape
+            self.pairs[(a, b)] = (base, np.array(row_groups[1]), np.array(col_groups[1]), n_cols)
             for i in range(n_rows):
                 for j in range(n_cols):
                     finite = math.isfinite(small[i, j])
@@ -1359,10 +1398,24 @@ class _Milp:
         self._bounded = None    # the LP with memory rows, and those rows, kept warm
 
     def _columns(self, memory_row: dict) -> tuple[np.ndarray, np.ndarray]:
-        """A memory row (unit -> bytes per strategy) over the choice columns."""
+        """A memory row (unit -> bytes per strategy; (source unit, reader
+        unit) -> bytes per pair of strategies) over the program's columns.
+        Pairs of strategies that share a pair variable are charged the most
+        any of them holds; a pair of units without pair variables (their
+        edge moves nothing, or they are one class) is not charged."""
         columns: dict[int, float] = collections.defaultdict(float)
-        for unit, per_device in memory_row.items():
-            start = self.offsets[self.classes[unit]]
+        for key, per_device in memory_row.items():
+            if isinstance(key, tuple):
+                pair = self.pairs.get((self.classes[key[0]], self.classes[key[1]]))
+                if pair is None:
+                    continue
+                base, row_group, col_group, n_cols = pair
+                grouped = np.zeros((row_group.max() + 1, n_cols))
+                np.maximum.at(grouped, (row_group[:, None], col_group[None, :]), per_device)
+                for r, c in zip(*np.nonzero(grouped)):
+                    columns[base + r * n_cols + c] += grouped[r, c]
+                continue
+            start = self.offsets[self.classes[key]]
             for s, size in enumerate(per_device):
                 columns[start + s] += size
         return (np.fromiter(columns, dtype=np.int64, count=len(columns)),

@@ -19,7 +19,8 @@ from stablehlo_spmd.auto_sharding import Search, _Milp, _Unit
 from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.ir import make_context, parse_module
 from stablehlo_spmd.mesh import Mesh
-from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module, parse_bytes
+from stablehlo_spmd.passes.auto_shard import (AutoShardPass, _entry_name, _read, _search_graph,
+                                              auto_shard_module, parse_bytes)
 
 HIDDEN, BATCH = 512, 8
 WEIGHT_BYTES = HIDDEN * HIDDEN * 4          # 1 MiB each
@@ -391,6 +392,62 @@ def test_a_tight_relaxation_proves_its_support_s_plan():
     assert proved
     assert sum(strategies[:3]) == 2
     assert (strategies[:3], cost) in (([1, 1, 0], 258.0), ([1, 0, 1], 259.0))
+
+
+def test_a_copy_is_charged_on_the_pair_of_strategies_that_makes_it():
+    """A source that prefers layout B and a reader that prefers A: apart
+    they cost 3 to reshard and hold a copy of 8; together, in either
+    layout, 5.  Each holds 10.  Unbounded, they differ; within 25 bytes,
+    only a plan without the copy fits, which neither unit's own bytes
+    tell: the copy is charged on the pair's variables."""
+    units = [_Unit("value", 0, [0, 1]), _Unit("value", 1, [0, 1])]
+    linear = [np.array([5.0, 0.0]), np.array([0.0, 5.0])]
+    apart = np.array([[0.0, 3.0], [3.0, 0.0]])
+    problem = _Milp(units, [0, 1], linear, {(0, 1): apart})
+    held = {0: np.array([10.0, 10.0]), 1: np.array([10.0, 10.0])}
+    rows = [{**held, (0, 1): np.array([[0.0, 8.0], [8.0, 0.0]])}]
+    assert Search._within_gap(problem, [], None, time.perf_counter() + 30) == ([1, 0], 3.0)
+    strategies, cost = Search._within_gap(problem, rows, 25.0, time.perf_counter() + 30)
+    assert strategies[0] == strategies[1] and cost == 5.0
+    # Without the pair's charge, the row cannot see the copy.
+    assert Search._within_gap(problem, [held], 25.0, time.perf_counter() + 30) == ([1, 0], 3.0)
+
+
+def _row_bytes(problem: _Milp, row: dict, strategies: list[int]) -> float:
+    """A memory row's bytes under a plan, through the program's columns."""
+    chosen = dict(zip(problem.classes, strategies))
+    x = np.zeros(problem.variables)
+    for cls, start in problem.offsets.items():
+        x[start + chosen[cls]] = 1
+    for (a, b), (base, row_group, col_group, n_cols) in problem.pairs.items():
+        x[base + row_group[chosen[a]] * n_cols + col_group[chosen[b]]] = 1
+    columns, values = problem._columns(row)
+    return float(values @ x[columns])
+
+
+def test_memory_rows_are_exact_at_their_reference_plan():
+    """The demo's training step, its cheapest plan and one within 80% of
+    that plan's memory: a row linearized around a plan charges that plan
+    what the liveness sweep finds live at its point, copies and all, so
+    the rows' largest is the plan's peak."""
+    params, batch = demo_model.example_args(demo_model.Config(n_layers=1))
+    text = ss.export(demo_model.train_step, params, batch)
+    with make_context() as context:
+        module = parse_module(text, "<test>", context)
+        graph, mesh = _read(module.operation, Mesh.from_string("data=4,model=2"))
+        search = Search(_search_graph(graph, mesh, _entry_name(graph)))
+    problem, memory, _ = search._problem()
+    points = sorted({t for *_, born, last in memory for t in (born, last)})
+    free = search.solve(None)
+    search.solve(0.8 * free.peak_memory)
+    copies = 0
+    for strategies in (search._unbounded[0], search._reference):
+        copies += sum(1 for _ in search._copies(strategies))
+        peak, _ = search._peak(memory, strategies, points)
+        live = [_row_bytes(problem, search._memory_row(memory, t, strategies), strategies)
+                for t in points]
+        assert max(live) == pytest.approx(peak)
+    assert copies   # the plans reshard: the rows charge copies
 
 
 def test_repeated_layers_share_one_problem():
