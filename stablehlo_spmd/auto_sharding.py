@@ -1401,12 +1401,20 @@ class _Milp:
         """A memory row (unit -> bytes per strategy; (source unit, reader
         unit) -> bytes per pair of strategies) over the program's columns.
         Pairs of strategies that share a pair variable are charged the most
-        any of them holds; a pair of units without pair variables (their
-        edge moves nothing, or they are one class) is not charged."""
+        any of them holds; the units of one class choose alike, so their
+        pair is charged on the class's own variables; and a pair of units
+        without pair variables (their edge moves nothing) is not charged."""
         columns: dict[int, float] = collections.defaultdict(float)
         for key, per_device in memory_row.items():
             if isinstance(key, tuple):
-                pair = self.pairs.get((self.classes[key[0]], self.classes[key[1]]))
+                source, reader = self.classes[key[0]], self.classes[key[1]]
+                if source == reader and per_device.shape[0] == per_device.shape[1]:
+                    # One class's units choose alike: the pair is the diagonal.
+                    start = self.offsets[source]
+                    for s, size in enumerate(np.diagonal(per_device)):
+                        columns[start + s] += size
+                    continue
+                pair = self.pairs.get((source, reader))
                 if pair is None:
                     continue
                 base, row_group, col_group, n_cols = pair

@@ -413,6 +413,18 @@ def test_a_copy_is_charged_on_the_pair_of_strategies_that_makes_it():
     assert Search._within_gap(problem, [held], 25.0, time.perf_counter() + 30) == ([1, 0], 3.0)
 
 
+def test_a_copy_within_one_class_is_charged_on_its_strategies():
+    """Two units of one class (two layers alike) choose alike: a read of one
+    by the other copies only under strategy 1, the cheaper, and within 25
+    bytes that copy rules it out."""
+    units = [_Unit("value", 0, [0, 1]), _Unit("value", 1, [0, 1])]
+    problem = _Milp(units, [0, 0], [np.array([2.0, 0.0]), np.array([2.0, 0.0])], {})
+    held = {0: np.array([10.0, 10.0]), 1: np.array([10.0, 10.0])}
+    rows = [{**held, (0, 1): np.array([[0.0, 8.0], [8.0, 8.0]])}]
+    assert Search._within_gap(problem, [held], 25.0, time.perf_counter() + 30) == ([1, 1], 0.0)
+    assert Search._within_gap(problem, rows, 25.0, time.perf_counter() + 30) == ([0, 0], 4.0)
+
+
 def _row_bytes(problem: _Milp, row: dict, strategies: list[int]) -> float:
     """A memory row's bytes under a plan, through the program's columns."""
     chosen = dict(zip(problem.classes, strategies))
