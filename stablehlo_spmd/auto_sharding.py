@@ -993,7 +993,18 @@ class Search:
                     self._unbounded = self._within_gap(problem, [], None, started + time_limit)
                 choice = self._unbounded
             else:
-                choice = self._within_gap(problem, rows, memory_budget, started + time_limit)
+                def overflow(strategies, reference=reference):
+                    # A cut where the relaxation's plan overflows, before the
+                    # 0-1 program is asked: its plan would likely overflow
+                    # there too, and cost a round.  The row is linearized
+                    # around the round's reference, not this rough plan.
+                    peak, at = self._peak(memory, strategies, points)
+                    if peak <= memory_budget * (1 + 1e-9) or at in cuts:
+                        return None
+                    cuts.append(at)
+                    return self._memory_row(memory, at, reference)
+                choice = self._within_gap(problem, rows, memory_budget, started + time_limit,
+                                          overflow)
             if choice is None:
                 smallest, _ = self._smallest_peak(problem, memory, points, cuts, time_limit)
                 raise InfeasibleBudget(
@@ -1016,12 +1027,19 @@ class Search:
         return self._plan(strategies, objective, points, started)
 
     @staticmethod
-    def _within_gap(problem: "_Milp", rows, budget, deadline: float):
+    def _within_gap(problem: "_Milp", rows, budget, deadline: float, overflow=None):
         """The relaxation's plan where it proves itself; else the 0-1
-        program's, or, out of time for that, the relaxation's best."""
-        best, proved = problem.relaxed(rows, budget, max(1e-9, deadline - time.perf_counter()))
-        if proved:
-            return best
+        program's, or, out of time for that, the relaxation's best.  Where
+        `overflow` gives a new row for a plan of the relaxation's, the
+        relaxation is solved again with it first."""
+        while True:
+            best, proved = problem.relaxed(rows, budget, max(1e-9, deadline - time.perf_counter()))
+            if proved:
+                return best
+            row = overflow(best[0]) if overflow is not None and best is not None else None
+            if row is None:
+                break
+            rows = [*rows, row]
         try:
             return problem.solve(rows, budget, max(1e-9, deadline - time.perf_counter()))
         except SearchTimeLimit:

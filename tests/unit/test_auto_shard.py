@@ -381,6 +381,24 @@ def test_a_plan_the_relaxation_cannot_prove_comes_from_the_0_1_program():
     assert problem.relaxed(rows, 5.0, time_limit=30) == (None, True)
 
 
+def test_a_row_the_relaxation_s_plan_overflows_is_added_before_the_0_1_program():
+    """The three units, with a second point where unit 0's switch holds 30
+    more: the relaxation's plan is shown to `overflow`, which adds that
+    row once, and the plan found respects both: 1 and 2 switch."""
+    problem, rows = _three_switches()
+    shown = []
+
+    def overflow(strategies):
+        shown.append(strategies)
+        return {0: np.array([0.0, 30.0])} if len(shown) == 1 else None
+
+    assert Search._within_gap(problem, rows, 20.0, time.perf_counter() + 30,
+                              overflow) == ([0, 1, 1], 11.0)
+    # The relaxation's first plan switched unit 0 (on any optimum's support,
+    # 0 and 1 switch, or 0 and 2), which the added row rules out.
+    assert shown[0][0] == 1
+
+
 def test_a_tight_relaxation_proves_its_support_s_plan():
     """With 250 that every plan pays, the LP's 255 is within the gap of the
     plans switching 0 and 1 (258) or 0 and 2 (259), not of 1 and 2 (261).
