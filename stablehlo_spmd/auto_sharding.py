@@ -1550,6 +1550,10 @@ class _Milp:
 
         highs = highspy.Highs()
         highs.setOptionValue("output_flag", False)
+        # As for the 0-1 program: the unbounded LP took half the time
+        # without presolve on every model measured (Mixtral's step 3.6 s
+        # -> 1.9 s), and a warm start skips it anyway.
+        highs.setOptionValue("presolve", "off")
         highs.passModel(lp)
         return highs
 
