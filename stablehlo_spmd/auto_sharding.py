@@ -37,7 +37,8 @@ once.  Its layouts are every even one and each Partial one its op writes;
 where the op writes it Partial and it is kept summed, the plan says so
 (`Plan.sum_targets`) and its readers share the one sum.  An op whose
 operands are all scalars (a broadcast constant) takes whatever layout its
-one consumer wants, at no cost, and adds nothing.
+one consumer wants, at no cost, and adds nothing; but never a Partial one,
+as every device holds the whole constant.
 
 *Costs.*  Where a value's layout differs from the layout a consumer reads
 it in, the reshard planner's plan is priced: bytes per device, or, when
@@ -821,7 +822,14 @@ class Search:
             strategies = self.node_strategy[index]
             linear[unit] += np.array([s.cost for s in strategies])
             for position, value in enumerate(node.operands):
-                if value == NO_VALUE or value in self.free_sources:
+                if value in self.free_sources:
+                    # A constant is no partial sum: laid out Partial, every
+                    # device would hold all of it, and the sum N times it.
+                    linear[unit] += np.array([
+                        math.inf if s.operands[position] is not None
+                        and s.operands[position].unreduced else 0.0 for s in strategies])
+                    continue
+                if value == NO_VALUE:
                     continue
                 found = self.value_layouts(value)
                 if found is None:

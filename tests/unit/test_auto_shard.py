@@ -307,6 +307,31 @@ def test_planned_mlp_matches_one_device(budget):
     np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-5, atol=1e-5)
 
 
+def test_a_constant_is_never_read_as_a_partial_sum():
+    """(x @ w + 1) @ v with the contraction of x @ w split: carrying the
+    Partial product through the add to the last, narrow matmul would sum
+    512 times fewer bytes, but a Partial broadcast constant is held whole
+    by each of the 8 devices, and the sum would add 8.  The plan sums
+    before the add, and matches one device."""
+    def model(x, w, v):
+        return (x @ w + 1.0) @ v
+
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((BATCH, HIDDEN)).astype(np.float32),
+              rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32) / 20,
+              rng.standard_normal((HIDDEN, 1)).astype(np.float32)]
+    text = ss.annotate(ss.export(model, *inputs), "x=8",
+                       [(r"^x$", (None, "x")), (r"^w$", ("x", None))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        planned = ss.auto_shard(text, "x=8")
+        got, = ss.run(ss.partition(planned), inputs)
+    add, = re.findall(r"stablehlo.add .*", planned)
+    assert "unreduced" not in add
+    want, = ss.run_single_device(text, inputs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-3)
+
+
 def test_training_step_matches_one_device_and_keeps_parameter_layouts():
     """The demo's training step planned on a 2-D mesh: right numbers, and each
     updated parameter comes out in the layout chosen for the parameter."""
