@@ -307,6 +307,15 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
     """
     required, partial_operands = [], []
     result_partial = set(wanted[0].unreduced) if wanted else set()
+    # Linear in its operands together (P + P = P), an op keeps a sum pending
+    # only where every linear operand pends it alike: P + B would add B once
+    # per device.
+    joint = True
+    if rule.unreduced is UnreducedFlow.JOINT:
+        pending = [frozenset(p.shardings[o].unreduced) if p.shardings.get(o) is not None
+                   else frozenset() for i, o in enumerate(op.operands)
+                   if i in rule.linear_operands and shape_of(o) is not None]
+        joint = len(set(pending)) == 1
     # An axis a result is split over cannot also be one it is pending on.
     result_split = {a for dims in rule.results for dim_axes in layout(p, dims, axes).dim_axes
                     for a in dim_axes}
@@ -323,7 +332,8 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
         # Linear in each operand alone (SEPARATE): one partial operand at most;
         # a product of pending sums is not the sum of the products.
         if (source is not None and source.unreduced and rule.unreduced is not UnreducedFlow.NONE
-                and index in rule.linear_operands and set(source.unreduced) <= result_partial
+                and joint and index in rule.linear_operands
+                and set(source.unreduced) <= result_partial
                 and set(source.unreduced).isdisjoint(
                     a for dim_axes in operand_layout.dim_axes for a in dim_axes)
                 and set(source.unreduced).isdisjoint(result_split)

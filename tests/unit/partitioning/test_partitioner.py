@@ -304,6 +304,32 @@ def test_a_product_of_two_partial_values_sums_one_of_them_first():
     assert counts["all_reduce"] == 2  # q before the product, r after
 
 
+PARTIAL_PLUS_A_CONSTANT = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
+  func.func @main(%a: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"},
+                  %b: tensor<16x4xf32> {mhlo.sharding = "{devices=[2,1]<=[2]}"})
+      -> (tensor<8x4xf32> {mhlo.sharding = "{replicated}"}) {
+    %p = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
+      : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+    %one = stablehlo.constant dense<1.0> : tensor<f32>
+    %c = stablehlo.broadcast_in_dim %one, dims = [] {mhlo.sharding = "{unreduced}"}
+      : (tensor<f32>) -> tensor<8x4xf32>
+    %r = stablehlo.add %p, %c {mhlo.sharding = "{unreduced}"} : tensor<8x4xf32>
+    return %r : tensor<8x4xf32>
+  }
+}
+"""
+
+
+def test_a_partial_plus_a_whole_value_sums_the_partial_first():
+    # An add keeps a sum pending only where both operands pend it (P + P):
+    # the constant cannot be a partial sum, each device holds all of it, and
+    # p_i + 1 summed over 2 devices added 2.
+    _, counts = _run_and_compare(PARTIAL_PLUS_A_CONSTANT, "builtin.module(spmd-partition)",
+                                 [(8, 16), (16, 4)])
+    assert counts["all_reduce"] == 1
+
+
 WITH_COMPARATOR = """
 module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
   func.func private @less(%a: tensor<f32>, %b: tensor<f32>) -> tensor<i1> {
