@@ -307,23 +307,17 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
     """
     required, partial_operands = [], []
     result_partial = set(wanted[0].unreduced) if wanted else set()
-    # Linear in its operands together (P + P = P), an op keeps a sum pending
-    # only where every linear operand pends it alike: P + B would add B once
-    # per device.
-    joint = True
-    if rule.unreduced is UnreducedFlow.JOINT:
-        pending = [frozenset(p.shardings[o].unreduced) if p.shardings.get(o) is not None
-                   else frozenset() for i, o in enumerate(op.operands)
-                   if i in rule.linear_operands and shape_of(o) is not None]
-        joint = len(set(pending)) == 1
+    plain = []   # each operand's layout before a pending sum flows through it
     # An axis a result is split over cannot also be one it is pending on.
     result_split = {a for dims in rule.results for dim_axes in layout(p, dims, axes).dim_axes
                     for a in dim_axes}
     for index, (operand, dims) in enumerate(zip(op.operands, rule.operands)):
         if shape_of(operand) is None:
             required.append(None)
+            plain.append(None)
             continue
         operand_layout = layout(p, dims, axes)
+        plain.append(operand_layout)
         source = p.shardings.get(operand)
         # (Not when another operand claimed a pending axis for one of this
         # operand's dims, say a contracting dim split over it: a partial
@@ -332,8 +326,7 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
         # Linear in each operand alone (SEPARATE): one partial operand at most;
         # a product of pending sums is not the sum of the products.
         if (source is not None and source.unreduced and rule.unreduced is not UnreducedFlow.NONE
-                and joint and index in rule.linear_operands
-                and set(source.unreduced) <= result_partial
+                and index in rule.linear_operands and set(source.unreduced) <= result_partial
                 and set(source.unreduced).isdisjoint(
                     a for dim_axes in operand_layout.dim_axes for a in dim_axes)
                 and set(source.unreduced).isdisjoint(result_split)
@@ -342,6 +335,17 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
                                                  reduction=source.reduction)
             partial_operands.append(index)
         required.append(operand_layout)
+    if rule.unreduced is UnreducedFlow.JOINT and partial_operands:
+        # Linear in its operands together (P + P = P), the op keeps a sum
+        # pending only where every linear operand pends it alike: P + B
+        # would add B once per device.  Otherwise each is summed first.
+        linear = [i for i, o in enumerate(op.operands)
+                  if i in rule.linear_operands and shape_of(o) is not None]
+        pending = {frozenset(required[i].unreduced) for i in partial_operands}
+        if partial_operands != linear or len(pending) != 1:
+            for i in partial_operands:
+                required[i] = plain[i]
+            partial_operands = []
     reduction_axes = tuple(a for f, kind in enumerate(rule.factor_kinds)
                            if kind is FactorKind.REDUCTION for a in axes[f])
     flowed = p.shardings[op.operands[partial_operands[0]]].unreduced if partial_operands else ()
