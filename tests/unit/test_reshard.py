@@ -259,6 +259,49 @@ def test_plans_cost_no_more_than_gathering_everything(problem):
     assert all(s.axes or s.kind == "collective_permute" for s in steps)
 
 
+def _priced_steps(steps, size):
+    """What a price reads of a plan, per byte of the tensor: each step that
+    moves bytes, by its axes (an alpha-beta price takes its slowest)."""
+    return sorted((tuple(sorted(s.axes)), round(s.bytes_per_device / size, 12))
+                  for s in steps if s.bytes_per_device > 0)
+
+
+@st.composite
+def even_problems(draw):
+    source, target, shape, _ = draw(problems())
+    mesh = source.mesh
+    shape = tuple(n * math.lcm(mesh.axes_size(a), mesh.axes_size(b))
+                  for n, a, b in zip(shape, source.dim_axes, target.dim_axes))
+    order = draw(st.permutations(range(len(shape))))
+    return source, target, shape, order, draw(st.integers(1, 9)), draw(st.integers(0, len(shape)))
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(even_problems())
+def test_even_moves_price_alike_in_any_dim_order_and_rank(problem):
+    """The search prices one move per class of transposes and ranks
+    (`auto_sharding.Search._move_class`): between layouts that split evenly,
+    naming the dims in another order moves the same fraction of the tensor
+    (a tie may go to another axis first), and adding a dim neither layout
+    splits moves the same fraction over the same axes."""
+    source, target, shape, order, extra, where = problem
+    size = math.prod(shape) * ELEMENT_BYTES
+    priced = _priced_steps(plan(source, target, shape, ELEMENT_BYTES), size)
+
+    def reordered(layout, dims):
+        return Sharding(layout.mesh, dims, unreduced=layout.unreduced,
+                        reduction=layout.reduction)
+
+    permuted = plan(reordered(source, [source.dim_axes[d] for d in order]),
+                    reordered(target, [target.dim_axes[d] for d in order]),
+                    tuple(shape[d] for d in order), ELEMENT_BYTES)
+    assert round(plan_cost(permuted) / size, 12) == round(sum(f for _, f in priced), 12)
+    wider = plan(reordered(source, [*source.dim_axes[:where], (), *source.dim_axes[where:]]),
+                 reordered(target, [*target.dim_axes[:where], (), *target.dim_axes[where:]]),
+                 (*shape[:where], extra, *shape[where:]), ELEMENT_BYTES)
+    assert _priced_steps(wider, size * extra) == priced
+
+
 def naive_cost(source, target, shape):
     """Reduce every pending axis at once, gather each dim whole, then slice."""
     mesh = source.mesh
