@@ -44,11 +44,13 @@ as every device holds the whole constant.
 it in, the reshard planner's plan is priced: bytes per device, or, when
 bandwidths are given, seconds (alpha + bytes / bandwidth per collective, the
 slowest axis of its group).  Every layout priced splits evenly, so a plan
-is priced once per pair of layouts and the dims each axis group divides,
-and scaled to each tensor.  Between two units the cost is a matrix over
-their strategy pairs, linearized with one continuous variable per pair of
-distinct strategy groups and the transportation constraints (exact: the
-marginals are one-hot).  Within one unit it is a linear term.
+is priced once per class of moves (the dims either layout splits, their
+axes and which axis groups divide them; in any order where bytes are the
+price: `_move_class`) and scaled to each tensor.  Between two units the
+cost is a matrix over their strategy pairs, linearized with one continuous
+variable per pair of distinct strategy groups and the transportation
+constraints (exact: the marginals are one-hot).  Within one unit it is a
+linear term.
 
 *Memory.*  Each value's bytes per device is linear in its unit's variables;
 a value lives from its producer to its last consumer in program order
