@@ -468,6 +468,36 @@ def test_a_copy_within_one_class_is_charged_on_its_strategies():
     assert Search._within_gap(problem, rows, 25.0, time.perf_counter() + 30) == ([0, 0], 4.0)
 
 
+def test_a_frustrated_cycle_is_decided_by_the_0_1_program_from_the_lp_s_plan(monkeypatch):
+    """Three units in a cycle, each pair paying 4 to choose alike, unit i
+    paying i + 1 for strategy 1.  Some pair must choose alike: the optimum
+    is (1, 0, 0), 1 + 4.  The LP holds every unit half in each strategy and
+    pays no pair (3 in all), so nothing is proved before the 0-1 program,
+    which starts from the relaxation's plan and must still find the optimum;
+    so must a start from the dearest plan (all 0: 12)."""
+    units = [_Unit("value", i, [0, 1]) for i in range(3)]
+    linear = [np.array([0.0, i + 1.0]) for i in range(3)]
+    alike = np.array([[4.0, 0.0], [0.0, 4.0]])
+    problem = _Milp(units, [0, 1, 2], linear, {(0, 1): alike, (1, 2): alike, (0, 2): alike})
+    (relaxed_plan, _), proved = problem.relaxed([], None, time_limit=30)
+    assert not proved
+    starts = []
+    started = _Milp._started
+
+    def spy(*args):
+        starts.append(args[-1])
+        return started(*args)
+
+    monkeypatch.setattr(_Milp, "_started", staticmethod(spy))
+    assert Search._within_gap(problem, [], None, time.perf_counter() + 30) == ([1, 0, 0], 5.0)
+    assert len(starts) == 1
+    assert np.array_equal(starts[0], problem._point(relaxed_plan, problem.variables))
+    assert problem.solve([], None, 30, start=[0, 0, 0]) == ([1, 0, 0], 5.0)
+    # A start is the plan's columns: its choices and the pair of each edge.
+    assert problem.objective @ problem._point([0, 1, 0], problem.variables) == 6.0
+    assert problem.objective @ problem._point([0, 0, 0], problem.variables) == 12.0
+
+
 def _row_bytes(problem: _Milp, row: dict, strategies: list[int]) -> float:
     """A memory row's bytes under a plan, through the program's columns."""
     chosen = dict(zip(problem.classes, strategies))
