@@ -721,8 +721,8 @@ class Search:
     def _move_class(self, source: Sharding, target: Sharding, shape) -> tuple | None:
         """What an even move's price per byte depends on: for each dim that
         either layout splits, its axes on each side and which axis groups
-        divide it; and the pending sums.  None for layouts with manual axes
-        or a maximal device, which are priced as they are.
+        divide it; and the pending sums.  None for layouts with manual axes,
+        a maximal device or two meshes, which are priced as they are.
 
         A dim neither layout splits only offers a detour (split it, then
         gather it again), never cheaper than the direct move, so the same
@@ -734,7 +734,8 @@ class Search:
         plans, 2 s of building the problem; as classes, 413 plans, and the
         problem builds in 0.45 s.  `test_reshard.py` keeps both facts."""
         if source.manual or target.manual or source.maximal_device is not None \
-                or target.maximal_device is not None:
+                or target.maximal_device is not None \
+                or (source.mesh is not target.mesh and source.mesh != target.mesh):
             return None
         masks = self._divides(shape)
         split = [(s, t, mask) for s, t, mask in zip(source.dim_axes, target.dim_axes, masks)
