@@ -724,10 +724,11 @@ class Search:
         divide it; and the pending sums.  None for layouts with manual axes,
         a maximal device or two meshes, which are priced as they are.
 
-        A dim neither layout splits only offers a detour (split it, then
-        gather it again), never cheaper than the direct move, so the same
-        move on tensors of other ranks moves the same fraction over the same
-        axes.  And the planner's moves act on each dim alike, so a transposed
+        A dim neither layout splits matters only as a place to park axes
+        on a detour, where a group divides it (the planner pads no detour):
+        so the same move on tensors of other ranks, with such dims alike,
+        moves the same fraction over the same axes.  And the planner's moves
+        act on each dim alike, so a transposed
         move moves the same bytes (bytes only: a tie between two dims goes
         to the first, and may put a slower axis first).  On BERT's training
         step 24k moves are priced: keyed by their layouts they took 14.6k
@@ -744,7 +745,9 @@ class Search:
             # Ties between moves go to the first dim, so a transposed move may
             # take another axis first: the same bytes, but not the same time.
             split.sort()
-        return (tuple(split), source.unreduced, target.unreduced, source.reduction,
+        parking = tuple(sorted(mask for s, t, mask in zip(source.dim_axes, target.dim_axes, masks)
+                               if not (s or t) and mask))
+        return (tuple(split), parking, source.unreduced, target.unreduced, source.reduction,
                 target.reduction)
 
     def _even(self, layout: Sharding, shape) -> bool:
