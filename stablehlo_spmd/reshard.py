@@ -34,9 +34,10 @@ collective_permute only jumps to a layout whose dimensions are prefixes of
 the target's with the same shard counts; gathers may drop any minor group,
 and an all_to_all may move any minor group to any other dimension (a
 detour: ``(x y, -) -> (y, x)`` sends both axes to the second dim and ``y``
-back, 45% fewer bytes than gathering ``y`` first; with detours generated
-last, a plan without one wins every tie).  Size-1 mesh axes never move
-data, so they are dropped before the search.
+back, 45% fewer bytes than gathering ``y`` first).  A detour adds a
+collective the byte count does not see, so the search ranks it as if it
+moved `DETOUR_TOLL` of the tensor more; generated last, it loses every tie.
+Size-1 mesh axes never move data, so they are dropped before the search.
 
 Limits: the move set is not complete, so "cheapest" means cheapest among
 these moves.  An uneven split that cannot happen in place is either a halo
@@ -47,9 +48,9 @@ axis that is not at the minor end gathers every axis minor to it too (dim
 ``(x, y) -> (y)`` of a vector gathers both, then slices ``y`` again) where
 a chain of all_to_alls could move less; with a second dim, detours find
 such chains.  Going through another layout of the same value (the closure
-of these moves) is still cheaper for a fifth of the moves the
-auto-sharding search prices; half of those bytes would go by slicing a
-free axis in first, which the search space leaves out.
+of these moves) is still cheaper for a quarter of the moves the
+auto-sharding search prices, 7-8% of all their bytes; about half of that
+would go by slicing a free axis in first, which the search leaves out.
 
 Costs (T: bytes of the tensor the group of ``q`` devices covers at that step,
 B: this device's bytes before the step, both including padding)
@@ -80,6 +81,12 @@ from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.sharding import Sharding
 
 DEFAULT_WARN_BYTES = 64 * 2**20
+# A detour (an all_to_all to a dim the target does not want there) adds a
+# collective, whose launch the byte count does not see: the planner takes
+# one only where it saves more than this fraction of the tensor's bytes.
+# On compare_xla's 2-D MLP, detours saving 5% and 10% added an all_to_all
+# each and made the CPU step 1.2x slower than without them.
+DETOUR_TOLL = Fraction(1, 8)
 
 STEP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "gather_by_sum", "to_owner",
               "all_to_all", "slice", "halo_slice", "halo_gather", "collective_permute")
@@ -528,10 +535,10 @@ class _Problem:
         in the target's order, as XLA does for a merge in another order).
         With `detours`, exactly the other moves: a group parked where the
         target does not want it, to be moved on or gathered later.  Without
-        them, a quarter of the moves the auto-sharding search priced on
-        Mixtral's forward and BERT's training step cost more than going
-        through another of the value's layouts; with them, a fifth, and
-        those moves sum to 7-9% fewer bytes."""
+        them, 26% of the moves the auto-sharding search priced on Mixtral's
+        forward and BERT's training step cost more than going through
+        another of the value's layouts; with them (and their toll), 24%,
+        and those moves sum to 6-7% fewer bytes."""
         goal_counts = [self.shards(axes) for axes in self.goal.dims]
         for source_dim, axes in enumerate(layout.dims):
             for cut in range(len(axes)):
@@ -555,8 +562,11 @@ class _Problem:
                             (detours and self.local_shape(layout)[dest_dim] % q):
                         continue
                     cost = Fraction(self.padded_bytes(layout, dest_dim, q) * (q - 1), q)
+                    # The search ranks a detour as if it moved DETOUR_TOLL
+                    # of the tensor more than it does.
+                    rank = cost + self.global_bytes * DETOUR_TOLL if detours else cost
                     yield _Move(Step("all_to_all", group, source_dim, dest_dim,
-                                     bytes_per_device=float(cost)), after, cost)
+                                     bytes_per_device=float(cost)), after, rank)
 
     def permutes(self, layout: _Layout) -> Iterator[_Move]:
         """Same shard counts per dim, other devices: jump to a layout on the

@@ -450,17 +450,25 @@ def test_a_dim_held_by_one_device_is_gathered_by_a_sum():
 
 
 def test_a_detour_through_a_dim_neither_layout_splits_never_holds_it_all():
-    # 5 rows over y (blocks of 3, one padded), wanted over x.  Gathering y
-    # sends the 3x8 block (96 B) and holds all 40 elements.  Parking y on
-    # the 8 columns instead exchanges half of that block (48 B), slices x
-    # off the now whole rows (2 of 5 each, padded), and gathers y back on
-    # the columns: one 2x4 block (32 B).
-    steps = exact(S(("y",), ()), S(("x",), ()), shape=(5, 8))
-    assert steps == [Step("all_to_all", ("y",), dim=0, dim2=1, bytes_per_device=48),
+    # 3 rows over y (blocks of 2, one padded), wanted over x.  Gathering y
+    # sends the 2x8 block (64 B) and holds all 24 elements.  Parking y on
+    # the 8 columns instead exchanges half of that block (32 B), slices x
+    # off the now whole rows (1 of 3 each, padded), and gathers y back on
+    # the columns: one 1x4 block (16 B).  A sixth of the tensor saved pays
+    # the detour's toll (an eighth).
+    steps = exact(S(("y",), ()), S(("x",), ()), shape=(3, 8))
+    assert steps == [Step("all_to_all", ("y",), dim=0, dim2=1, bytes_per_device=32),
                      Step("slice", ("x",), dim=0),
-                     Step("all_gather", ("y",), dim=1, bytes_per_device=32)]
+                     Step("all_gather", ("y",), dim=1, bytes_per_device=16)]
     assert not any(s.replicates_fully for s in exact(S(("y",), ()), S(("x",), ()),
-                                                     shape=(5, 8), warn_bytes=1))
+                                                     shape=(3, 8), warn_bytes=1))
+
+
+def test_a_detour_saving_less_than_its_toll_is_not_taken():
+    # 5 rows: the detour above moves 80 B where gathering moves 96 B, a
+    # tenth of the 160 B tensor, less than the eighth a detour must save.
+    steps = exact(S(("y",), ()), S(("x",), ()), shape=(5, 8))
+    assert [(s.kind, s.bytes_per_device) for s in steps] == [("all_gather", 96), ("slice", 0)]
 
 
 def test_full_replication_of_a_large_tensor_is_flagged():
