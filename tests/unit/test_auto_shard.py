@@ -498,6 +498,27 @@ def test_a_frustrated_cycle_is_decided_by_the_0_1_program_from_the_lp_s_plan(mon
     assert problem.objective @ problem._point([0, 0, 0], problem.variables) == 12.0
 
 
+def test_a_plan_that_fits_is_where_the_bounded_0_1_program_starts(monkeypatch):
+    """The three units within 20: switching 0 and 2 (9, holding 14) fits, so
+    it may be the 0-1 program's start, and the optimum (0 and 1, 8) is
+    still found from it; a bounded program is otherwise started cold."""
+    problem, rows = _three_switches()
+    starts = []
+    started = _Milp._started
+
+    def spy(*args):
+        starts.append(args[-1])
+        return started(*args)
+
+    monkeypatch.setattr(_Milp, "_started", staticmethod(spy))
+    assert Search._within_gap(problem, rows, 20.0, time.perf_counter() + 30) == ([1, 1, 0], 8.0)
+    assert starts == []
+    assert Search._within_gap(problem, rows, 20.0, time.perf_counter() + 30,
+                              start=[1, 0, 1]) == ([1, 1, 0], 8.0)
+    assert len(starts) == 1
+    assert np.array_equal(starts[0], problem._point([1, 0, 1], problem.variables))
+
+
 def _row_bytes(problem: _Milp, row: dict, strategies: list[int]) -> float:
     """A memory row's bytes under a plan, through the program's columns."""
     chosen = dict(zip(problem.classes, strategies))
@@ -510,29 +531,57 @@ def _row_bytes(problem: _Milp, row: dict, strategies: list[int]) -> float:
     return float(values @ x[columns])
 
 
-def test_memory_rows_are_exact_at_their_reference_plan():
-    """The demo's training step, its cheapest plan and one within 80% of
-    that plan's memory: a row linearized around a plan charges that plan
-    what the liveness sweep finds live at its point, copies and all, so
-    the rows' largest is the plan's peak."""
+@pytest.fixture(scope="module")
+def demo_step_search():
+    """The demo's training step searched without a budget, then within 80%
+    of its cheapest plan's memory: (the search, both plans, the second's
+    strategies).  Searching it takes half a minute: tests share it."""
     params, batch = demo_model.example_args(demo_model.Config(n_layers=1))
     text = ss.export(demo_model.train_step, params, batch)
     with make_context() as context:
         module = parse_module(text, "<test>", context)
         graph, mesh = _read(module.operation, Mesh.from_string("data=4,model=2"))
         search = Search(_search_graph(graph, mesh, _entry_name(graph)))
+    free = search.solve(None)
+    tight = search.solve(0.8 * free.peak_memory)
+    return search, free, tight, search._reference
+
+
+def test_memory_rows_are_exact_at_their_reference_plan(demo_step_search):
+    """The demo's training step, its cheapest plan and one within 80% of
+    that plan's memory: a row linearized around a plan charges that plan
+    what the liveness sweep finds live at its point, copies and all, so
+    the rows' largest is the plan's peak."""
+    search, _free, _tight, bounded = demo_step_search
     problem, memory, _ = search._problem()
     points = sorted({t for *_, born, last in memory for t in (born, last)})
-    free = search.solve(None)
-    search.solve(0.8 * free.peak_memory)
     copies = 0
-    for strategies in (search._unbounded[0], search._reference):
+    for strategies in (search._unbounded[0], bounded):
         copies += sum(1 for _ in search._copies(strategies))
         peak, _ = search._peak(memory, strategies, points)
         live = [_row_bytes(problem, search._memory_row(memory, t, strategies), strategies)
                 for t in points]
         assert max(live) == pytest.approx(peak)
     assert copies   # the plans reshard: the rows charge copies
+
+
+def test_a_budget_opened_above_the_last_plan_starts_from_it(demo_step_search, monkeypatch):
+    """Then within 90%: the plan found within 80% fits, so the solve may
+    start from it, and finds nothing dearer."""
+    search, free, tight, bounded = demo_step_search
+    starts = []
+    within_gap = Search._within_gap
+
+    def spy(*args, start=None):
+        starts.append(start)
+        return within_gap(*args, start=start)
+
+    monkeypatch.setattr(Search, "_within_gap", staticmethod(spy))
+    search._reference = bounded
+    looser = search.solve(0.9 * free.peak_memory)
+    assert tight.peak_memory <= 0.8 * free.peak_memory < 0.9 * free.peak_memory
+    assert starts[-1] == bounded
+    assert looser.cost <= tight.cost
 
 
 def test_repeated_layers_share_one_problem():
