@@ -468,6 +468,19 @@ def test_a_copy_within_one_class_is_charged_on_its_strategies():
     assert Search._within_gap(problem, rows, 25.0, time.perf_counter() + 30) == ([0, 0], 4.0)
 
 
+def _record_starts(monkeypatch) -> list:
+    """The start each 0-1 solve through highspy is given, as columns."""
+    starts = []
+    started = _Milp._started
+
+    def spy(*args):
+        starts.append(args[-1])
+        return started(*args)
+
+    monkeypatch.setattr(_Milp, "_started", staticmethod(spy))
+    return starts
+
+
 def test_a_frustrated_cycle_is_decided_by_the_0_1_program_from_the_lp_s_plan(monkeypatch):
     """Three units in a cycle, each pair paying 4 to choose alike, unit i
     paying i + 1 for strategy 1.  Some pair must choose alike: the optimum
@@ -481,14 +494,7 @@ def test_a_frustrated_cycle_is_decided_by_the_0_1_program_from_the_lp_s_plan(mon
     problem = _Milp(units, [0, 1, 2], linear, {(0, 1): alike, (1, 2): alike, (0, 2): alike})
     (relaxed_plan, _), proved = problem.relaxed([], None, time_limit=30)
     assert not proved
-    starts = []
-    started = _Milp._started
-
-    def spy(*args):
-        starts.append(args[-1])
-        return started(*args)
-
-    monkeypatch.setattr(_Milp, "_started", staticmethod(spy))
+    starts = _record_starts(monkeypatch)
     assert Search._within_gap(problem, [], None, time.perf_counter() + 30) == ([1, 0, 0], 5.0)
     assert len(starts) == 1
     assert np.array_equal(starts[0], problem._point(relaxed_plan, problem.variables))
@@ -503,14 +509,7 @@ def test_a_plan_that_fits_is_where_the_bounded_0_1_program_starts(monkeypatch):
     it may be the 0-1 program's start, and the optimum (0 and 1, 8) is
     still found from it; a bounded program is otherwise started cold."""
     problem, rows = _three_switches()
-    starts = []
-    started = _Milp._started
-
-    def spy(*args):
-        starts.append(args[-1])
-        return started(*args)
-
-    monkeypatch.setattr(_Milp, "_started", staticmethod(spy))
+    starts = _record_starts(monkeypatch)
     assert Search._within_gap(problem, rows, 20.0, time.perf_counter() + 30) == ([1, 1, 0], 8.0)
     assert starts == []
     assert Search._within_gap(problem, rows, 20.0, time.perf_counter() + 30,
