@@ -15,8 +15,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from stablehlo_spmd.mesh import Mesh
-from stablehlo_spmd.reshard import (ReshardError, Step, axis_coordinate, plan, plan_cost,
-                                    replica_groups, shard_offsets)
+from stablehlo_spmd.reshard import (DETOUR_TOLL, ReshardError, Step, axis_coordinate, plan,
+                                    plan_cost, replica_groups, shard_offsets)
 from stablehlo_spmd.sharding import Sharding
 
 from mesh_strategies import meshes
@@ -284,7 +284,8 @@ def test_even_moves_price_alike_in_any_dim_order_and_rank(problem):
     naming the dims in another order moves the same fraction of the tensor
     (a tie may go to another axis first), and adding a dim neither layout
     splits moves the same fraction over the same axes where no axis divides
-    it; where one does, axes may take a detour through it, never for more."""
+    it; where one does, axes may take a detour through it, which ranks no
+    worse."""
     source, target, shape, order, extra, where = problem
     size = math.prod(shape) * ELEMENT_BYTES
     priced = _priced_steps(plan(source, target, shape, ELEMENT_BYTES), size)
@@ -303,7 +304,12 @@ def test_even_moves_price_alike_in_any_dim_order_and_rank(problem):
     parks = any(extra % source.mesh.axis_size(a) == 0 and source.mesh.axis_size(a) > 1
                 for a in source.mesh.axis_names)
     if parks:
-        assert plan_cost(wider) / (size * extra) <= sum(f for _, f in priced) + 1e-12
+        # Ranked with its detours' tolls, the wider plan is no worse; each
+        # detour the narrower plan took may be one toll it saved.
+        exchanges = sum(1 for s in plan(source, target, shape, ELEMENT_BYTES)
+                        if s.kind == "all_to_all")
+        assert plan_cost(wider) / (size * extra) <= \
+            sum(f for _, f in priced) + float(DETOUR_TOLL) * exchanges + 1e-12
     else:
         assert _priced_steps(wider, size * extra) == priced
 

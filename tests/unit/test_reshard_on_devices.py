@@ -107,6 +107,12 @@ def _moved_bytes(partitioned: str) -> float:
 # A row on one device of four, the others padding: its owner's broadcast by a sum.
 @example((Sharding(Mesh.from_string("a=2,b=2"), (("a", "b"), ())),
           Sharding(Mesh.from_string("a=2,b=2"), ((), ())), (1, 3), 0))
+# Detours: both axes parked on the columns and y sent back; y parked on the
+# columns while x is sliced off the rows (test_reshard.py prices both).
+@example((Sharding(Mesh.from_string("x=4,y=2"), (("x", "y"), ())),
+          Sharding(Mesh.from_string("x=4,y=2"), (("y",), ("x",))), (16, 8), 0))
+@example((Sharding(Mesh.from_string("x=4,y=2"), (("y",), ())),
+          Sharding(Mesh.from_string("x=4,y=2"), (("x",), ())), (3, 8), 0))
 def test_planned_collectives_leave_each_device_its_target_block(problem):
     source, target, shape, seed = problem
     partitioned = run_passes(_identity_program(source, target, shape), "spmd-partition")
