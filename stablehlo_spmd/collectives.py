@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from typing import NamedTuple, Sequence
 
 from jaxlib.mlir import ir
@@ -572,6 +573,8 @@ class Emitter:
         elif step.kind == "reduce_scatter":
             padded = self.pad(value, step.dim, count * shape[step.dim])
             value = self.reduce_scatter(padded, step.dim, step.axes, step.reduction)
+        elif step.kind == "all_to_all" and step.groups:
+            value = self._joint_all_to_all(value, step, shape)
         elif step.kind == "all_to_all":
             # Axes leave `dim` (the concat dimension) and join `dim2` (the split one).
             padded = self.pad(value, step.dim2, count * shape[step.dim2])
@@ -584,6 +587,56 @@ class Emitter:
         if tuple(_shape(value)) != tuple(shape):
             raise AssertionError(f"{step} produced {_shape(value)}, expected {list(shape)}")
         return value
+
+    def _joint_all_to_all(self, value: ir.Value, step: Step, shape) -> ir.Value:
+        """`Step.groups`: every group's exchange in one all_to_all over all
+        their devices, as XLA writes it.  Each destination dim is cut into
+        its group's blocks and the blocks brought to one leading dim, the
+        first group's major, so that block (j1, j2) goes to the device at
+        (j1, j2) over the groups' axes; what arrives from (j1, j2) is block
+        j1 of the first source dim and j2 of the second, put back in place."""
+        counts = [self.mesh.axes_size(axes) for axes, _, _ in step.groups]
+        for (_axes, _source, dest), count in zip(step.groups, counts):
+            value = self.pad(value, dest, count * shape[dest])
+        local = _shape(value)
+        cut = {dest: count for (_axes, _source, dest), count in zip(step.groups, counts)}
+        split_shape, block_axis, rest = [], {}, []
+        for dim, size in enumerate(local):
+            if dim in cut:
+                block_axis[dim] = len(split_shape)
+                split_shape.append(cut[dim])
+                size //= cut[dim]
+            rest.append(len(split_shape))
+            split_shape.append(size)
+        blocks = [block_axis[dest] for _axes, _source, dest in step.groups]
+        value = self._reshape(value, split_shape)
+        value = self._transpose(value, blocks + rest)
+        kept = [split_shape[axis] for axis in rest]
+        value = self._reshape(value, [math.prod(counts), *kept])
+        # Keep the blocks slices of one value (see `all_to_all`).
+        value = stablehlo.OptimizationBarrierOp([value]).results[0]
+        value = self.all_to_all(value, 0, 0, step.axes)
+        value = self._reshape(value, [*counts, *kept])
+        source_of = {source: k for k, (_axes, source, _dest) in enumerate(step.groups)}
+        order, merged = [], []
+        for dim, size in enumerate(kept):
+            k = source_of.get(dim)
+            if k is None:
+                order.append(len(counts) + dim)
+                merged.append(size)
+            else:
+                order += [k, len(counts) + dim]
+                merged.append(counts[k] * size)
+        value = self._reshape(self._transpose(value, order), merged)
+        for _axes, source, _dest in step.groups:
+            value = self.trim(value, source, shape[source])
+        return value
+
+    def _reshape(self, value: ir.Value, shape: Sequence[int]) -> ir.Value:
+        return stablehlo.ReshapeOp(_like(value, shape), value).result
+
+    def _transpose(self, value: ir.Value, permutation: Sequence[int]) -> ir.Value:
+        return stablehlo.TransposeOp(value, list(permutation)).result
 
     def _halo_slice(self, value: ir.Value, step: Step, block: int, size: int) -> ir.Value:
         """`Step.halo_slice`: the window of this device's `count` finer blocks

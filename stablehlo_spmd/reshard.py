@@ -34,7 +34,10 @@ collective_permute only jumps to a layout whose dimensions are prefixes of
 the target's with the same shard counts; gathers may drop any minor group,
 and an all_to_all may move any minor group to any other dimension (a
 detour: ``(x y, -) -> (y, x)`` sends both axes to the second dim and ``y``
-back, 45% fewer bytes than gathering ``y`` first).  A detour adds a
+back, 45% fewer bytes than gathering ``y`` first), and two all_to_alls
+the target wants on four distinct dims may go as one exchange over both
+groups' devices, as XLA's does (7/8 of the block where one after the other
+sends 3/4 and 1/2 of it).  A detour adds a
 collective the byte count does not see, so the search ranks it as if it
 moved `DETOUR_TOLL` of the tensor more; generated last, it loses every tie.
 Size-1 mesh axes never move data, so they are dropped before the search.
@@ -112,7 +115,10 @@ class Step:
     a whole value to (`{maximal device=k}`; every device keeps it).
     `replicates_fully` marks a step whose result, an intermediate of the
     plan, is the whole tensor on every device and larger than the plan's
-    `warn_bytes`.  `result` is the layout after the step; it
+    `warn_bytes`.  `groups` makes an all_to_all joint: each (axes, dim,
+    dim2) moves its axes from `dim` to `dim2`, all in one exchange over
+    `axes`, their concatenation (`dim` and `dim2` are then None).
+    `result` is the layout after the step; it
     is not part of equality, so tests can spell expected plans without it.
     """
 
@@ -125,6 +131,7 @@ class Step:
     replicates_fully: bool = False
     pairs: tuple[tuple[int, int], ...] = ()
     device: int | None = None
+    groups: tuple[tuple[tuple[str, ...], int, int], ...] = ()
     result: Sharding | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
@@ -384,6 +391,7 @@ class _Problem:
         yield from self.reduce_scatters(layout)
         yield from self.all_reduces(layout)
         yield from self.all_to_alls(layout)
+        yield from self.joint_all_to_alls(layout)
         yield from self.all_gathers(layout)
         yield from self.halo_gathers(layout)
         yield from self.permutes(layout)
@@ -567,6 +575,32 @@ class _Problem:
                     rank = cost + self.global_bytes * DETOUR_TOLL if detours else cost
                     yield _Move(Step("all_to_all", group, source_dim, dest_dim,
                                      bytes_per_device=float(cost)), after, rank)
+
+    def joint_all_to_alls(self, layout: _Layout) -> Iterator[_Move]:
+        """Two all_to_alls the target wants, on four distinct dims, as one
+        exchange over both groups' devices (XLA's multi-dim all_to_all):
+        each device sends (q-1)/q of its block once, where one after the
+        other send (q1-1)/q1 of it and then (q2-1)/q2, never less, in two
+        collectives."""
+        singles = [move.step for move in self.all_to_alls(layout)]
+        for index, first in enumerate(singles):
+            for second in singles[index + 1:]:
+                if len({first.dim, first.dim2, second.dim, second.dim2}) < 4:
+                    continue
+                shape = list(self.local_shape(layout))
+                after = layout
+                for step in (first, second):
+                    q = self.shards(step.axes)
+                    held = self.shards(layout.dims[step.dim2])
+                    shape[step.dim2] = q * -(-self.shape[step.dim2] // (held * q))
+                    kept = layout.dims[step.dim][:len(layout.dims[step.dim]) - len(step.axes)]
+                    after = _with_dim(after, step.dim, kept)
+                    after = _with_dim(after, step.dim2, layout.dims[step.dim2] + step.axes)
+                q = self.shards(first.axes + second.axes)
+                cost = Fraction(self.nbytes(shape) * (q - 1), q)
+                groups = tuple((step.axes, step.dim, step.dim2) for step in (first, second))
+                yield _Move(Step("all_to_all", first.axes + second.axes, groups=groups,
+                                 bytes_per_device=float(cost)), after, cost)
 
     def permutes(self, layout: _Layout) -> Iterator[_Move]:
         """Same shard counts per dim, other devices: jump to a layout on the

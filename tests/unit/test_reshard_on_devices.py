@@ -113,6 +113,12 @@ def _moved_bytes(partitioned: str) -> float:
           Sharding(Mesh.from_string("x=4,y=2"), (("y",), ("x",))), (16, 8), 0))
 @example((Sharding(Mesh.from_string("x=4,y=2"), (("y",), ())),
           Sharding(Mesh.from_string("x=4,y=2"), (("x",), ())), (3, 8), 0))
+# Two groups change dims in one all_to_all (XLA's multi-dim exchange), even
+# and with padded destinations and trimmed sources.
+@example((Sharding(Mesh.from_string("x=4,y=2"), ((), ("x",), ("y",), ())),
+          Sharding(Mesh.from_string("x=4,y=2"), (("y",), (), (), ("x",))), (4, 8, 2, 4), 0))
+@example((Sharding(Mesh.from_string("x=4,y=2"), ((), ("x",), ("y",), ())),
+          Sharding(Mesh.from_string("x=4,y=2"), (("y",), (), (), ("x",))), (3, 8, 6, 5), 0))
 def test_planned_collectives_leave_each_device_its_target_block(problem):
     source, target, shape, seed = problem
     partitioned = run_passes(_identity_program(source, target, shape), "spmd-partition")
