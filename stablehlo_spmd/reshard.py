@@ -582,6 +582,8 @@ class _Problem:
         each device sends (q-1)/q of its block once, where one after the
         other send (q1-1)/q1 of it and then (q2-1)/q2, never less, in two
         collectives."""
+        if len(layout.dims) < 4:
+            return
         singles = [move.step for move in self.all_to_alls(layout)]
         for index, first in enumerate(singles):
             for second in singles[index + 1:]:
