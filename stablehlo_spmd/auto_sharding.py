@@ -77,13 +77,15 @@ warm across solves (highspy): unbounded it is integral on most models
 measured; bounded, it blends a few choices, and the 0-1 program restricted
 to the LP's support decides them in a fraction of a second, with a plan the
 LP's value proves where the LP is tight (`_Milp.relaxed`).  Where that
-proof falls short, the whole 0-1 program is solved (`scipy.optimize.milp`),
-stopped within 0.2% of the optimum, or 2% with memory bounded: there the LP
-bound is weak, closing the last percent is most of the solve, and the
-estimate itself is only within a few percent of what XLA compiles.  The
-proof asks the same 2%.  Unbounded, the 0-1 program starts from the
-relaxation's plan (through highspy, as scipy's `milp` takes no start);
-bounded, from the last solve's plan where that fits the budget.
+proof falls short, the whole 0-1 program is solved (highspy too: scipy's
+`milp` bundles an older HiGHS, whose branch and bound took 57 s on
+Mixtral's bounded forward where highspy 1.16 took 9.6 s, to a dearer
+plan), stopped within 0.2% of the optimum, or 2% with memory bounded:
+there the LP bound is weak, closing the last percent is most of the
+solve, and the estimate itself is only within a few percent of what XLA
+compiles.  The proof asks the same 2%.  Unbounded, the 0-1 program starts from the
+relaxation's plan; bounded, from the last solve's plan where that fits the
+budget.
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ TIE_BREAK = 1e-6
 # within a few percent of what XLA compiles: proving more is false precision.
 MIP_GAP = 2e-3
 BOUNDED_GAP = 2e-2
-_INFEASIBLE = 2   # scipy.optimize.milp's status for a problem with no solution
+_INFEASIBLE = 2   # `_Milp._highs_milp`'s status for a problem with no solution
 
 
 class SearchTimeLimit(SpmdError):
@@ -1327,6 +1329,19 @@ class Search:
         return layouts, why, sum_targets
 
 
+def _quiet_highs():
+    """A HiGHS instance that writes nothing.  highspy's `Highs` hooks a
+    logging callback in as it is made, and HiGHS prints its banner to the
+    process's stdout then, before any option can be set: into the module the
+    CLI writes there.  The class it extends, the bindings' own, has every
+    method this search calls and prints nothing."""
+    import highspy
+
+    highs = getattr(highspy._core, "_Highs", highspy.Highs)()
+    highs.setOptionValue("output_flag", False)
+    return highs
+
+
 def _highs_lp(objective, matrix, col_lower, col_upper, row_lower, row_upper):
     """A HiGHS model of min objective . x, row_lower <= matrix x <= row_upper,
     col_lower <= x <= col_upper."""
@@ -1549,7 +1564,7 @@ class _Milp:
         choice it makes whole is fixed and the program decides only the
         rest (RENS): a small program, solved in a fraction of a second.
         A plan that fits may be given as the solver's `start`."""
-        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.optimize import Bounds
 
         rows = list(self.rows)
         n = self.variables + (1 if minimize_peak else 0)
@@ -1585,13 +1600,8 @@ class _Milp:
         # off, the real models' solves took a quarter less time, to the same
         # plans.  Restricted to a support, presolve removes the fixed columns.
         options = {"time_limit": time_limit, "presolve": support is not None, "mip_rel_gap": gap}
-        if start is not None:
-            x, status = self._started(objective, matrix, lower, upper, bounds, integrality,
-                                      options, self._point(start, n))
-        else:
-            result = milp(objective, constraints=LinearConstraint(matrix, lower, upper),
-                          integrality=integrality, bounds=bounds, options=options)
-            x, status = result.x, result.status
+        x, status = self._highs_milp(objective, matrix, lower, upper, bounds, integrality,
+                                     options, None if start is None else self._point(start, n))
         if x is None:
             if status == _INFEASIBLE:
                 return None
@@ -1617,25 +1627,24 @@ class _Milp:
         return x
 
     @staticmethod
-    def _started(objective, matrix, lower, upper, bounds, integrality, options, start):
-        """`scipy.optimize.milp`'s solve, through highspy, which takes a start:
-        (the solution or None, milp's status code: 0 solved, 1 out of time,
-        2 infeasible)."""
+    def _highs_milp(objective, matrix, lower, upper, bounds, integrality, options, start):
+        """The 0-1 program solved by highspy, from `start` where one is given:
+        (the solution or None, a status: 0 solved, 1 out of time, 2 infeasible)."""
         import highspy
 
         lp = _highs_lp(objective, matrix, bounds.lb, bounds.ub, lower, upper)
         lp.integrality_ = [highspy.HighsVarType.kInteger if whole
                            else highspy.HighsVarType.kContinuous for whole in integrality]
-        highs = highspy.Highs()
-        highs.setOptionValue("output_flag", False)
+        highs = _quiet_highs()
         highs.setOptionValue("presolve", "on" if options["presolve"] else "off")
         highs.setOptionValue("mip_rel_gap", options["mip_rel_gap"])
         highs.setOptionValue("time_limit", float(options["time_limit"]))
         highs.passModel(lp)
-        solution = highspy.HighsSolution()
-        solution.col_value = list(start)
-        solution.value_valid = True
-        highs.setSolution(solution)
+        if start is not None:
+            solution = highspy.HighsSolution()
+            solution.col_value = list(start)
+            solution.value_valid = True
+            highs.setSolution(solution)
         highs.run()
         status = highs.getModelStatus()
         if status == highspy.HighsModelStatus.kInfeasible:
@@ -1664,10 +1673,7 @@ class _Milp:
 
     @staticmethod
     def _highs(lp):
-        import highspy
-
-        highs = highspy.Highs()
-        highs.setOptionValue("output_flag", False)
+        highs = _quiet_highs()
         # As for the 0-1 program: the unbounded LP took half the time
         # without presolve on every model measured (Mixtral's step 3.6 s
         # -> 1.9 s), and a warm start skips it anyway.

@@ -294,6 +294,18 @@ def test_cli_prints_the_plan_table(tmp_path):
     assert _argument_shardings(output.read_text())[1] == "{devices=[1,8]<=[8]}"
 
 
+def test_cli_writes_nothing_but_the_module_to_stdout(tmp_path):
+    """The planned module piped on: the solver's banner, or anything else,
+    on stdout would make it unreadable to the next tool."""
+    source = tmp_path / "mlp.mlir"
+    source.write_text(_mlp_text())
+    run = _auto_shard_cli(source, "-", "1MiB")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("module ")
+    with make_context() as context:
+        parse_module(run.stdout, "<stdout>", context)
+
+
 @pytest.mark.parametrize("budget", [None, "1MiB"])
 def test_planned_mlp_matches_one_device(budget):
     rng = np.random.default_rng(0)
@@ -469,15 +481,17 @@ def test_a_copy_within_one_class_is_charged_on_its_strategies():
 
 
 def _record_starts(monkeypatch) -> list:
-    """The start each 0-1 solve through highspy is given, as columns."""
+    """The starts the 0-1 solves are given, as columns (a solve without one
+    records nothing)."""
     starts = []
-    started = _Milp._started
+    solved = _Milp._highs_milp
 
     def spy(*args):
-        starts.append(args[-1])
-        return started(*args)
+        if args[-1] is not None:
+            starts.append(args[-1])
+        return solved(*args)
 
-    monkeypatch.setattr(_Milp, "_started", staticmethod(spy))
+    monkeypatch.setattr(_Milp, "_highs_milp", staticmethod(spy))
     return starts
 
 
