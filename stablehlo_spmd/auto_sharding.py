@@ -1510,9 +1510,8 @@ class _Milp:
         self.constraints = len(self.rows)
         self.classes = classes
         self.parts = (linear, blocks)   # to price a plan found otherwise
-        self._lp = None         # the LP relaxation, and a HiGHS instance kept warm on it
-        self._warm = None
-        self._bounded = None    # the LP with memory rows, and those rows, kept warm
+        self._warm = None       # a HiGHS instance kept warm on the LP relaxation
+        self._held_rows: list[np.ndarray] = []   # the memory rows the warm LP holds
 
     def _columns(self, memory_row: dict) -> tuple[np.ndarray, np.ndarray]:
         """A memory row (unit -> bytes per strategy; (source unit, reader
@@ -1660,16 +1659,14 @@ class _Milp:
         return [chosen[cls] for cls in self.classes]
 
     def _relaxation(self):
-        """(the LP relaxation without memory rows, the HiGHS instance kept
-        warm on it), built on first use."""
-        if self._lp is None:
-            lp = _highs_lp(self.objective, self._matrix(self.rows, self.variables),
-                           np.zeros(self.variables), self.upper,
-                           [lo for _c, _v, lo, _hi in self.rows],
-                           [hi for _c, _v, _lo, hi in self.rows])
-            self._lp = lp
-            self._warm = self._highs(lp)
-        return self._lp, self._warm
+        """The HiGHS instance kept warm on the LP relaxation (with the
+        memory rows `_lp_with_rows` last gave it), built on first use."""
+        if self._warm is None:
+            self._warm = self._highs(_highs_lp(
+                self.objective, self._matrix(self.rows, self.variables),
+                np.zeros(self.variables), self.upper,
+                [lo for _c, _v, lo, _hi in self.rows], [hi for _c, _v, _lo, hi in self.rows]))
+        return self._warm
 
     @staticmethod
     def _highs(lp):
@@ -1702,7 +1699,6 @@ class _Milp:
         import highspy
 
         deadline = time.perf_counter() + time_limit
-        _lp, warm = self._relaxation()
         optimal = highspy.HighsModelStatus.kOptimal
 
         def run(highs) -> bool:
@@ -1720,6 +1716,7 @@ class _Milp:
 
         columns = [self._columns(row) for row in memory_rows]
         if not columns:
+            warm = self._lp_with_rows([], None)
             if not run(warm):
                 return None, False
             x = np.asarray(warm.getSolution().col_value)
@@ -1728,7 +1725,7 @@ class _Milp:
             best = self._on_support(x, [], None, deadline)
             bound = warm.getInfo().objective_function_value
             return best, best is not None and best[1] - bound <= MIP_GAP * abs(best[1])
-        bounded = self._bounded_lp(columns, budget)
+        bounded = self._lp_with_rows(columns, budget)
         if not run(bounded):
             infeasible = bounded.getModelStatus() == highspy.HighsModelStatus.kInfeasible
             return None, infeasible
@@ -1739,22 +1736,19 @@ class _Milp:
         best = self._on_support(x, memory_rows, budget, deadline)
         return best, best is not None and best[1] - bound <= BOUNDED_GAP * abs(best[1])
 
-    def _bounded_lp(self, columns, budget):
-        """The HiGHS instance on the LP with these memory rows, kept across
-        solves.  A cutting-plane round changes a row's copies in a few
-        columns, or adds a row, and each re-solve starts from the last
-        one's basis: on Mixtral's training step, a second or two where a
-        fresh instance took nine."""
+    def _lp_with_rows(self, columns, budget):
+        """The HiGHS instance on the LP relaxation, holding these memory
+        rows: one instance for every solve, unbounded or not.  A
+        cutting-plane round changes a row's copies in a few columns, or adds
+        a row, and each re-solve starts from the last one's basis and
+        pricing weights (on Mixtral's training step, a second or two where a
+        fresh instance took nine).  A second instance started from this
+        one's basis took 5.4 s on BERT's step where this one took 2.9 s: it
+        must rebuild the weights, and pivots more without them."""
         import highspy
 
-        if self._bounded is None:
-            lp, warm = self._relaxation()
-            highs = self._highs(lp)
-            basis = warm.getBasis()
-            if basis.valid:
-                highs.setBasis(basis)
-            self._bounded = (highs, [])
-        highs, held = self._bounded
+        highs = self._relaxation()
+        held = self._held_rows
         first = len(self.rows)
         for r, (cols, values) in enumerate(columns):
             row = np.zeros(self.variables)
