@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import stablehlo_spmd as ss
-from stablehlo_spmd import demo_model, diagnostics
+from stablehlo_spmd import auto_sharding, demo_model, diagnostics
 from stablehlo_spmd.auto_sharding import Search, _Milp, _Unit
 from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.ir import make_context, parse_module
@@ -408,8 +408,43 @@ def _three_switches(ballast: float | None = None):
     return problem, [{unit: np.array([10.0, 2.0]) for unit in range(3)}]
 
 
-def test_a_plan_the_relaxation_cannot_prove_comes_from_the_0_1_program():
-    """The LP's 5 is far under any plan's 8 or more: the 0-1 program decides."""
+@pytest.fixture
+def undivided(monkeypatch):
+    """Bounded LPs are not divided: the whole 0-1 program decides what the
+    relaxation and its rounding leave unproved."""
+    monkeypatch.setattr(auto_sharding, "DIVIDE_DEPTH", 0)
+
+
+def _record_whole_solves(monkeypatch) -> list:
+    """The budgets of the 0-1 solves not restricted to an LP's support."""
+    budgets = []
+    solve = _Milp.solve
+
+    def spy(self, memory_rows, budget, time_limit, *args, **kwargs):
+        if kwargs.get("support") is None:
+            budgets.append(budget)
+        return solve(self, memory_rows, budget, time_limit, *args, **kwargs)
+
+    monkeypatch.setattr(_Milp, "solve", spy)
+    return budgets
+
+
+def test_dividing_on_a_blended_class_proves_the_optimum(monkeypatch):
+    """The LP's 5 is far under any plan's 8 or more, and its support's
+    rounding does not prove itself.  Divided on unit 0 (every unit's
+    choices differ by 8 held; the first is taken): switching it leaves one
+    more switch to choose, 1 (5) or 2 (4 + 2 to differ from 0); keeping it
+    leaves 1 and 2 both to switch (11).  The optimum, 0 and 1 at 8, is
+    proved without the whole 0-1 program."""
+    problem, rows = _three_switches()
+    whole = _record_whole_solves(monkeypatch)
+    assert problem.relaxed(rows, 20.0, time_limit=30) == (([1, 1, 0], 8.0), True)
+    assert whole == []
+
+
+def test_a_plan_the_relaxation_cannot_prove_comes_from_the_0_1_program(undivided):
+    """The LP's 5 is far under any plan's 8 or more: undivided, the 0-1
+    program decides."""
     problem, rows = _three_switches()
     _, proved = problem.relaxed(rows, 20.0, time_limit=30)
     assert not proved
@@ -418,7 +453,7 @@ def test_a_plan_the_relaxation_cannot_prove_comes_from_the_0_1_program():
     assert problem.relaxed(rows, 5.0, time_limit=30) == (None, True)
 
 
-def test_a_row_the_relaxation_s_plan_overflows_is_added_before_the_0_1_program():
+def test_a_row_the_relaxation_s_plan_overflows_is_added_before_the_0_1_program(undivided):
     """The three units, with a second point where unit 0's switch holds 30
     more: the relaxation's plan is shown to `overflow`, which adds that
     row once, and the plan found respects both: 1 and 2 switch."""
@@ -518,7 +553,7 @@ def test_a_frustrated_cycle_is_decided_by_the_0_1_program_from_the_lp_s_plan(mon
     assert problem.objective @ problem._point([0, 0, 0], problem.variables) == 12.0
 
 
-def test_a_plan_that_fits_is_where_the_bounded_0_1_program_starts(monkeypatch):
+def test_a_plan_that_fits_is_where_the_bounded_0_1_program_starts(monkeypatch, undivided):
     """The three units within 20: switching 0 and 2 (9, holding 14) fits, so
     it may be the 0-1 program's start, and the optimum (0 and 1, 8) is
     still found from it; a bounded program is otherwise started cold."""
