@@ -121,7 +121,7 @@ MIP_GAP = 2e-3
 BOUNDED_GAP = 2e-2
 # How many levels a bounded LP is divided on blended classes before the
 # whole 0-1 program is asked (`_Milp._divide`).
-DIVIDE_DEPTH = 3
+DIVIDE_DEPTH = 4
 # How close to a node's bound a plan must be for the division to stop
 # rounding below it: the proof asks BOUNDED_GAP, better plans are sought to this.
 DIVIDE_GAP = MIP_GAP
@@ -1521,6 +1521,7 @@ class _Milp:
         self.classes = classes
         self.parts = (linear, blocks)   # to price a plan found otherwise
         self._warm = None       # a HiGHS instance kept warm on the LP relaxation
+        self._base = None       # the choice and pair rows, as `_base_rows` gives them
         self._held_rows: list[np.ndarray] = []   # the memory rows the warm LP holds
 
     def _columns(self, memory_row: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -1555,6 +1556,16 @@ class _Milp:
         return (np.fromiter(columns, dtype=np.int64, count=len(columns)),
                 np.fromiter(columns.values(), dtype=float, count=len(columns)))
 
+    def _base_rows(self):
+        """(the choice and pair rows as a matrix, their lower and upper
+        bounds), built once: every 0-1 solve, and each rounding of the
+        division's, adds only its memory rows to them."""
+        if self._base is None:
+            self._base = (self._matrix(self.rows, self.variables),
+                          [lo for _c, _v, lo, _hi in self.rows],
+                          [hi for _c, _v, _lo, hi in self.rows])
+        return self._base
+
     @staticmethod
     def _matrix(rows, n: int):
         from scipy import sparse
@@ -1575,7 +1586,9 @@ class _Milp:
         A plan that fits may be given as the solver's `start`."""
         from scipy.optimize import Bounds
 
-        rows = list(self.rows)
+        from scipy import sparse
+
+        rows = []
         n = self.variables + (1 if minimize_peak else 0)
         for row in memory_rows if (budget is not None or minimize_peak) else ():
             cols, values = self._columns(row)
@@ -1583,9 +1596,12 @@ class _Milp:
                 rows.append(([*cols, n - 1], [*values, -1.0], -np.inf, 0.0))
             else:
                 rows.append((cols, values, -np.inf, budget))
-        matrix = self._matrix(rows, n)
-        lower = [lo for _c, _v, lo, _hi in rows]
-        upper = [hi for _c, _v, _lo, hi in rows]
+        base, base_lower, base_upper = self._base_rows()
+        if minimize_peak:
+            base = sparse.hstack([base, sparse.csr_array((base.shape[0], 1))], format="csr")
+        matrix = sparse.vstack([base, self._matrix(rows, n)], format="csr") if rows else base
+        lower = [*base_lower, *(lo for _c, _v, lo, _hi in rows)]
+        upper = [*base_upper, *(hi for _c, _v, _lo, hi in rows)]
         if minimize_peak:
             objective = np.zeros(n)
             objective[-1] = 1.0
@@ -1593,7 +1609,7 @@ class _Milp:
         else:
             objective = self.objective
             bounds = Bounds(np.zeros(n), self.upper)
-        gap = BOUNDED_GAP if len(rows) > len(self.rows) else MIP_GAP
+        gap = BOUNDED_GAP if rows else MIP_GAP
         if support is not None:
             whole = np.zeros(n, dtype=bool)
             whole[:self.n_choice] = np.abs(support[:self.n_choice]
@@ -1672,10 +1688,9 @@ class _Milp:
         """The HiGHS instance kept warm on the LP relaxation (with the
         memory rows `_lp_with_rows` last gave it), built on first use."""
         if self._warm is None:
-            self._warm = self._highs(_highs_lp(
-                self.objective, self._matrix(self.rows, self.variables),
-                np.zeros(self.variables), self.upper,
-                [lo for _c, _v, lo, _hi in self.rows], [hi for _c, _v, _lo, hi in self.rows]))
+            matrix, lower, upper = self._base_rows()
+            self._warm = self._highs(_highs_lp(self.objective, matrix, np.zeros(self.variables),
+                                               self.upper, lower, upper))
         return self._warm
 
     @staticmethod
