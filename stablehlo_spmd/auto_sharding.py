@@ -1584,9 +1584,8 @@ class _Milp:
         choice it makes whole is fixed and the program decides only the
         rest (RENS): a small program, solved in a fraction of a second.
         A plan that fits may be given as the solver's `start`."""
-        from scipy.optimize import Bounds
-
         from scipy import sparse
+        from scipy.optimize import Bounds
 
         rows = []
         n = self.variables + (1 if minimize_peak else 0)
@@ -1731,14 +1730,16 @@ class _Milp:
         deadline = time.perf_counter() + time_limit
         optimal = highspy.HighsModelStatus.kOptimal
 
-        def run(highs) -> bool:
+        def run(highs):
+            """The instance's model status once run, or None where no time
+            was left to run it (its status is then the last run's)."""
             left = deadline - time.perf_counter()
             if left <= 0:
-                return False
+                return None
             # HiGHS's limit is on the instance's run time, all runs together.
             highs.setOptionValue("time_limit", highs.getRunTime() + left)
             highs.run()
-            return highs.getModelStatus() == optimal
+            return highs.getModelStatus()
 
         def integral(x: np.ndarray) -> bool:
             choices = x[:self.n_choice]
@@ -1747,7 +1748,7 @@ class _Milp:
         columns = [self._columns(row) for row in memory_rows]
         if not columns:
             warm = self._lp_with_rows([], None)
-            if not run(warm):
+            if run(warm) != optimal:
                 return None, False
             x = np.asarray(warm.getSolution().col_value)
             if integral(x):
@@ -1756,9 +1757,9 @@ class _Milp:
             bound = warm.getInfo().objective_function_value
             return best, best is not None and best[1] - bound <= MIP_GAP * abs(best[1])
         bounded = self._lp_with_rows(columns, budget)
-        if not run(bounded):
-            infeasible = bounded.getModelStatus() == highspy.HighsModelStatus.kInfeasible
-            return None, infeasible
+        status = run(bounded)
+        if status != optimal:
+            return None, status == highspy.HighsModelStatus.kInfeasible
         bound = bounded.getInfo().objective_function_value
         x = np.asarray(bounded.getSolution().col_value)
         if integral(x):
@@ -1813,8 +1814,8 @@ class _Milp:
             columns = np.fromiter(fix, dtype=np.int32, count=len(fix))
             values = np.fromiter(fix.values(), dtype=float, count=len(fix))
             highs.changeColsBounds(len(columns), columns, values, values)
-            solved = run(highs)
-            status = highs.getModelStatus()
+            status = run(highs)
+            solved = status == highspy.HighsModelStatus.kOptimal
             child_x = np.asarray(highs.getSolution().col_value) if solved else None
             child_bound = highs.getInfo().objective_function_value if solved else bound
             highs.changeColsBounds(len(columns), columns, np.zeros(len(columns)),

@@ -442,6 +442,21 @@ def test_dividing_on_a_blended_class_proves_the_optimum(monkeypatch):
     assert whole == []
 
 
+def test_a_division_out_of_time_keeps_its_parent_s_bound():
+    """Children whose LPs get no time to run bound nothing: the node keeps
+    its own bound (the LP's 5), and no plan is found or proved."""
+    problem, rows = _three_switches()
+    columns = [problem._columns(row) for row in rows]
+    highs = problem._lp_with_rows(columns, 20.0)
+    held = np.zeros((1, problem.n_choice))
+    cols, values = columns[0]
+    held[0, cols[cols < problem.n_choice]] = values[cols < problem.n_choice]
+    blend = np.zeros(problem.variables)
+    blend[:problem.n_choice] = 0.5
+    assert problem._divide(highs, lambda _highs: None, held, rows, 20.0,
+                           time.perf_counter() + 30, blend, 5.0, {}, 4, None) == (None, 5.0)
+
+
 def test_a_plan_the_relaxation_cannot_prove_comes_from_the_0_1_program(undivided):
     """The LP's 5 is far under any plan's 8 or more: undivided, the 0-1
     program decides."""
