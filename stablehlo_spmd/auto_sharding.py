@@ -1585,7 +1585,6 @@ class _Milp:
         rest (RENS): a small program, solved in a fraction of a second.
         A plan that fits may be given as the solver's `start`."""
         from scipy import sparse
-        from scipy.optimize import Bounds
 
         rows = []
         n = self.variables + (1 if minimize_peak else 0)
@@ -1601,31 +1600,28 @@ class _Milp:
         matrix = sparse.vstack([base, self._matrix(rows, n)], format="csr") if rows else base
         lower = [*base_lower, *(lo for _c, _v, lo, _hi in rows)]
         upper = [*base_upper, *(hi for _c, _v, _lo, hi in rows)]
+        col_lower = np.zeros(n)
         if minimize_peak:
             objective = np.zeros(n)
             objective[-1] = 1.0
-            bounds = Bounds(np.zeros(n), np.concatenate([self.upper, [np.inf]]))
+            col_upper = np.concatenate([self.upper, [np.inf]])
         else:
             objective = self.objective
-            bounds = Bounds(np.zeros(n), self.upper)
+            col_upper = self.upper.copy()
         gap = BOUNDED_GAP if rows else MIP_GAP
         if support is not None:
             whole = np.zeros(n, dtype=bool)
             whole[:self.n_choice] = np.abs(support[:self.n_choice]
                                            - np.round(support[:self.n_choice])) < 1e-6
-            lower_bound, upper_bound = bounds.lb.copy(), bounds.ub.copy()
-            lower_bound[whole] = upper_bound[whole] = np.round(support[whole])
-            bounds = Bounds(lower_bound, upper_bound)
+            col_lower[whole] = col_upper[whole] = np.round(support[whole])
             gap = MIP_GAP
-        integrality = np.zeros(n)
-        integrality[:self.n_choice] = 1
         # Whole, the program gains little from HiGHS's presolve, and with it
         # HiGHS restarts its root each time reduced-cost fixing frees columns:
         # off, the real models' solves took a quarter less time, to the same
         # plans.  Restricted to a support, presolve removes the fixed columns.
-        options = {"time_limit": time_limit, "presolve": support is not None, "mip_rel_gap": gap}
-        x, status = self._highs_milp(objective, matrix, lower, upper, bounds, integrality,
-                                     options, None if start is None else self._point(start, n))
+        x, status = self._highs_milp(objective, matrix, col_lower, col_upper, lower, upper,
+                                     self.n_choice, time_limit, support is not None, gap,
+                                     None if start is None else self._point(start, n))
         if x is None:
             if status == _INFEASIBLE:
                 return None
@@ -1651,18 +1647,20 @@ class _Milp:
         return x
 
     @staticmethod
-    def _highs_milp(objective, matrix, lower, upper, bounds, integrality, options, start):
-        """The 0-1 program solved by highspy, from `start` where one is given:
-        (the solution or None, a status: 0 solved, 1 out of time, 2 infeasible)."""
+    def _highs_milp(objective, matrix, col_lower, col_upper, row_lower, row_upper,
+                    n_integer: int, time_limit: float, presolve: bool, gap: float, start):
+        """The 0-1 program (its first `n_integer` columns whole) solved by
+        highspy, from `start` where one is given: (the solution or None, a
+        status: 0 solved, 1 out of time, 2 infeasible)."""
         import highspy
 
-        lp = _highs_lp(objective, matrix, bounds.lb, bounds.ub, lower, upper)
-        lp.integrality_ = [highspy.HighsVarType.kInteger if whole
-                           else highspy.HighsVarType.kContinuous for whole in integrality]
+        lp = _highs_lp(objective, matrix, col_lower, col_upper, row_lower, row_upper)
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * n_integer + \
+            [highspy.HighsVarType.kContinuous] * (len(objective) - n_integer)
         highs = _quiet_highs()
-        highs.setOptionValue("presolve", "on" if options["presolve"] else "off")
-        highs.setOptionValue("mip_rel_gap", options["mip_rel_gap"])
-        highs.setOptionValue("time_limit", float(options["time_limit"]))
+        highs.setOptionValue("presolve", "on" if presolve else "off")
+        highs.setOptionValue("mip_rel_gap", gap)
+        highs.setOptionValue("time_limit", float(time_limit))
         highs.passModel(lp)
         if start is not None:
             solution = highspy.HighsSolution()
