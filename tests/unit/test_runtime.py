@@ -292,6 +292,16 @@ def test_psum_gives_a_replicated_result(eight_devices):
     assert_sharding(out, exe, P())
 
 
+def test_memory_per_device_is_the_memory_the_full_compile_holds(eight_devices):
+    # The measurement compiles with less codegen effort; buffers must not change.
+    stats = runtime.compile(PSUM).memory_analysis()
+    held = (stats.argument_size_in_bytes + stats.output_size_in_bytes
+            + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+    # Each device's f32 blocks: x 8x4, w1 4x4, and the result 8x4.
+    assert held >= (8 * 4 + 4 * 4 + 8 * 4) * 4
+    assert runtime.memory_per_device(PSUM) == held
+
+
 @pytest.mark.parametrize("device_ids", [None, [7, 6, 5, 4, 3, 2, 1, 0], [3, 1, 0, 2, 6, 7, 5, 4]],
                          ids=["iota", "reversed", "permuted"])
 def test_all_gather(eight_devices, device_ids):
