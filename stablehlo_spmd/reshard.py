@@ -273,7 +273,7 @@ class _Layout(NamedTuple):
 class _Move(NamedTuple):
     step: Step  # without `result` (and permute `pairs`), filled in once the path is known
     after: _Layout
-    cost: Fraction
+    cost: int | Fraction   # bytes times `_Problem.scale`, as the search ranks the move
 
 
 @functools.lru_cache(maxsize=4096)
@@ -296,7 +296,14 @@ def _plan_cached(source: Sharding, target: Sharding, shape: tuple[int, ...],
 
 
 class _Problem:
-    """One (source, target, shape) planning problem; generates the moves of the search."""
+    """One (source, target, shape) planning problem; generates the moves of the search.
+
+    Costs are exact, so that ties go to the move generated first on every
+    machine, and kept as integers: bytes times `scale`, which every group's
+    device count divides (a divisor of the mesh's) and the detour toll's
+    denominator too.  Only halo prices, per element of an uneven dim, can
+    still be fractions.  Fractions throughout made a third of the
+    auto-sharding search's pricing time."""
 
     def __init__(self, source: Sharding, target: Sharding, shape: tuple[int, ...],
                  element_bytes: int):
@@ -313,6 +320,9 @@ class _Problem:
         # Axes that never move: manual ones, and size-1 ones (data-wise no-ops).
         self.fixed = frozenset(source.manual) | trivial
         self.global_bytes = math.prod(shape) * element_bytes
+        self.scale = self.mesh.size * DETOUR_TOLL.denominator
+        self._detour_toll = int(self.global_bytes * DETOUR_TOLL * self.scale)
+        self._all_to_all_moves: dict[_Layout, tuple[list[_Move], list[_Move]]] = {}
         self._local_shapes: dict[tuple, tuple[int, ...]] = {}
         self._shard_counts: dict[tuple[str, ...], int] = {}
 
@@ -337,6 +347,18 @@ class _Problem:
 
     def nbytes(self, shape: Iterable[int]) -> int:
         return math.prod(shape) * self.element_bytes
+
+    def per_device(self, total: int, q: int) -> int:
+        """`total` bytes over a group of `q` devices, scaled (exact: q divides the scale)."""
+        return total * self.scale // q
+
+    def per_element(self, total: int, elements: int) -> int | Fraction:
+        """`total` bytes over `elements`, scaled: a fraction only where it must be."""
+        scaled = total * self.scale
+        return scaled // elements if scaled % elements == 0 else Fraction(scaled, elements)
+
+    def unscaled(self, cost: int | Fraction) -> float:
+        return float(cost / self.scale)
 
     def sharding(self, layout: _Layout) -> Sharding:
         return Sharding(self.mesh, layout.dims, unreduced=tuple(layout.pending),
@@ -367,9 +389,9 @@ class _Problem:
 
     def cheapest_path(self) -> list[_Move]:
         """Dijkstra over layouts, by (bytes, steps); ties keep the first move generated."""
-        best = {self.start: (Fraction(0), 0)}
+        best = {self.start: (0, 0)}
         came_from: dict[_Layout, tuple[_Layout, _Move]] = {}
-        frontier = [(Fraction(0), 0, 0, self.start)]
+        frontier = [(0, 0, 0, self.start)]
         tie = itertools.count(1)
         while frontier:
             cost, steps, _, layout = heapq.heappop(frontier)
@@ -401,7 +423,7 @@ class _Problem:
         free = self.free_axes(layout)
         for dim, group in self.target_groups(layout, lambda a: a in free):
             after = _with_dim(layout, dim, layout.dims[dim] + group)
-            yield _Move(Step("slice", group, dim), after, Fraction(0))
+            yield _Move(Step("slice", group, dim), after, 0)
 
     def halo_slices(self, layout: _Layout) -> Iterator[_Move]:
         """Split an unevenly split dim further where the finer blocks do not
@@ -433,9 +455,9 @@ class _Problem:
                                               q * -(-self.shape[dim] // (coarse * q)))
                 if received is None:
                     continue
-                cost = Fraction(self.nbytes(local) * received, local[dim])
+                cost = self.per_element(self.nbytes(local) * received, local[dim])
                 after = _with_dim(layout, dim, major + group)
-                yield _Move(Step("halo_slice", group, dim, bytes_per_device=float(cost)),
+                yield _Move(Step("halo_slice", group, dim, bytes_per_device=self.unscaled(cost)),
                             after, cost)
 
     def halo_gathers(self, layout: _Layout) -> Iterator[_Move]:
@@ -457,8 +479,9 @@ class _Problem:
                                               -(-self.shape[dim] // coarse))
                 if received is None:
                     continue
-                cost = Fraction(nbytes * (q - 1)) + Fraction(nbytes * received, local[dim])
-                yield _Move(Step("halo_gather", group, dim, bytes_per_device=float(cost)),
+                cost = nbytes * (q - 1) * self.scale + \
+                    self.per_element(nbytes * received, local[dim])
+                yield _Move(Step("halo_gather", group, dim, bytes_per_device=self.unscaled(cost)),
                             _with_dim(layout, dim, major), cost)
 
     def halo_elements(self, dim: int, coarse: int, held: int, wanted: int) -> int | None:
@@ -483,9 +506,9 @@ class _Problem:
             q = self.shards(group)
             after = _with_dim(layout, dim, layout.dims[dim] + group)
             after = after._replace(pending=layout.pending - set(group))
-            cost = Fraction(self.padded_bytes(layout, dim, q) * (q - 1), q)
+            cost = self.per_device(self.padded_bytes(layout, dim, q) * (q - 1), q)
             yield _Move(Step("reduce_scatter", group, dim, reduction=self.reduction,
-                             bytes_per_device=float(cost)), after, cost)
+                             bytes_per_device=self.unscaled(cost)), after, cost)
 
     def target_groups(self, layout: _Layout, allowed) -> Iterator[tuple[int, tuple[str, ...]]]:
         """(dim, group): the target's next axes of `dim`, all `allowed`, splittable in place."""
@@ -504,10 +527,10 @@ class _Problem:
         for count in range(len(to_reduce), 0, -1):
             for group in itertools.combinations(to_reduce, count):
                 q = self.shards(group)
-                cost = Fraction(2 * local * (q - 1), q)
+                cost = self.per_device(2 * local * (q - 1), q)
                 after = layout._replace(pending=layout.pending - set(group))
                 yield _Move(Step("all_reduce", group, reduction=self.reduction,
-                                 bytes_per_device=float(cost)), after, cost)
+                                 bytes_per_device=self.unscaled(cost)), after, cost)
 
     def all_gathers(self, layout: _Layout) -> Iterator[_Move]:
         local = self.nbytes(self.local_shape(layout))
@@ -516,8 +539,8 @@ class _Problem:
                 major, group = axes[:cut], axes[cut:]
                 q = self.shards(group)
                 if self.splittable(dim, major, q):
-                    cost = Fraction(local * (q - 1))
-                    yield _Move(Step("all_gather", group, dim, bytes_per_device=float(cost)),
+                    cost = local * (q - 1) * self.scale
+                    yield _Move(Step("all_gather", group, dim, bytes_per_device=self.unscaled(cost)),
                                 _with_dim(layout, dim, major), cost)
             if axes:
                 yield self.gather_by_sum(layout, dim)
@@ -532,11 +555,12 @@ class _Problem:
         q = self.shards(layout.dims[dim])
         local = self.local_shape(layout)
         whole = self.nbytes(local) * self.shape[dim] // local[dim]
-        cost = Fraction(2 * whole * (q - 1), q)
-        return _Move(Step("gather_by_sum", layout.dims[dim], dim, bytes_per_device=float(cost)),
+        cost = self.per_device(2 * whole * (q - 1), q)
+        return _Move(Step("gather_by_sum", layout.dims[dim], dim,
+                          bytes_per_device=self.unscaled(cost)),
                      _with_dim(layout, dim, ()), cost)
 
-    def all_to_alls(self, layout: _Layout, detours: bool = False) -> Iterator[_Move]:
+    def all_to_alls(self, layout: _Layout, detours: bool = False) -> list[_Move]:
         """Move a minor group of `source_dim`'s axes to the minor end of another
         dim: the target's next axes there, or any group that leaves every dim
         split as many ways as the target's (a permute then puts the blocks
@@ -546,8 +570,20 @@ class _Problem:
         them, 26% of the moves the auto-sharding search priced on Mixtral's
         forward and BERT's training step cost more than going through
         another of the value's layouts; with them (and their toll), 24%,
-        and those moves sum to 6-7% fewer bytes."""
+        and those moves sum to 6-7% fewer bytes.
+
+        Both kinds come from one pass over the layout's groups, kept for the
+        layout: `moves` asks for each, and `joint_all_to_alls` again."""
+        found = self._all_to_all_moves.get(layout)
+        if found is None:
+            found = self._all_to_all_moves[layout] = self._find_all_to_alls(layout)
+        return found[detours]
+
+    def _find_all_to_alls(self, layout: _Layout) -> tuple[list[_Move], list[_Move]]:
+        """(the moves the target wants, the detours), each in generation order."""
         goal_counts = [self.shards(axes) for axes in self.goal.dims]
+        wanted_moves: list[_Move] = []
+        detour_moves: list[_Move] = []
         for source_dim, axes in enumerate(layout.dims):
             for cut in range(len(axes)):
                 major, group = axes[:cut], axes[cut:]
@@ -566,15 +602,18 @@ class _Problem:
                     # A detour pads nothing: a dim neither end splits then
                     # changes a move's price only by which groups divide it,
                     # all the auto-sharding search's move classes keep of it.
-                    if wanted == detours or \
-                            (detours and self.local_shape(layout)[dest_dim] % q):
+                    if not wanted and self.local_shape(layout)[dest_dim] % q:
                         continue
-                    cost = Fraction(self.padded_bytes(layout, dest_dim, q) * (q - 1), q)
-                    # The search ranks a detour as if it moved DETOUR_TOLL
-                    # of the tensor more than it does.
-                    rank = cost + self.global_bytes * DETOUR_TOLL if detours else cost
-                    yield _Move(Step("all_to_all", group, source_dim, dest_dim,
-                                     bytes_per_device=float(cost)), after, rank)
+                    cost = self.per_device(self.padded_bytes(layout, dest_dim, q) * (q - 1), q)
+                    step = Step("all_to_all", group, source_dim, dest_dim,
+                                bytes_per_device=self.unscaled(cost))
+                    if wanted:
+                        wanted_moves.append(_Move(step, after, cost))
+                    else:
+                        # The search ranks a detour as if it moved DETOUR_TOLL
+                        # of the tensor more than it does.
+                        detour_moves.append(_Move(step, after, cost + self._detour_toll))
+        return wanted_moves, detour_moves
 
     def joint_all_to_alls(self, layout: _Layout) -> Iterator[_Move]:
         """Two all_to_alls the target wants, on four distinct dims, as one
@@ -599,10 +638,10 @@ class _Problem:
                     after = _with_dim(after, step.dim, kept)
                     after = _with_dim(after, step.dim2, layout.dims[step.dim2] + step.axes)
                 q = self.shards(first.axes + second.axes)
-                cost = Fraction(self.nbytes(shape) * (q - 1), q)
+                cost = self.per_device(self.nbytes(shape) * (q - 1), q)
                 groups = tuple((step.axes, step.dim, step.dim2) for step in (first, second))
                 yield _Move(Step("all_to_all", first.axes + second.axes, groups=groups,
-                                 bytes_per_device=float(cost)), after, cost)
+                                 bytes_per_device=self.unscaled(cost)), after, cost)
 
     def permutes(self, layout: _Layout) -> Iterator[_Move]:
         """Same shard counts per dim, other devices: jump to a layout on the
@@ -627,7 +666,7 @@ class _Problem:
             if dims == layout.dims or len(set(used)) != len(used) or layout.pending & set(used):
                 continue
             yield _Move(Step("collective_permute", bytes_per_device=float(local)),
-                        layout._replace(dims=tuple(dims)), Fraction(local))
+                        layout._replace(dims=tuple(dims)), local * self.scale)
 
     def permutation(self, before: _Layout, after: _Layout) -> tuple[tuple[int, int], ...]:
         """(source, target) device pairs giving every device the block it needs.
