@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -19,8 +20,8 @@ from stablehlo_spmd.auto_sharding import Search, _Milp, _Unit
 from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.ir import make_context, parse_module
 from stablehlo_spmd.mesh import Mesh
-from stablehlo_spmd.passes.auto_shard import (AutoShardPass, _entry_name, _read, _search_graph,
-                                              auto_shard_module, parse_bytes)
+from stablehlo_spmd.passes.auto_shard import (AutoShardPass, _bracketed_limit, _entry_name, _read,
+                                              _search_graph, auto_shard_module, parse_bytes)
 
 HIDDEN, BATCH = 512, 8
 WEIGHT_BYTES = HIDDEN * HIDDEN * 4          # 1 MiB each
@@ -157,6 +158,22 @@ def test_a_plan_xla_says_overflows_is_searched_again():
     assert result.plan.measured_plans >= 2
     assert result.plan.cost > 0
     assert _argument_shardings(planned)[1] != "{replicated}"
+
+
+def test_between_a_plan_that_fitted_and_one_that_overflowed_the_limit_is_interpolated():
+    """Budget 200: the largest plan that fitted was estimated 150 and
+    measured 160, the smallest that overflowed 180 and 240.  On the line
+    through them, 200 is measured at 150 + 40 * 30 / 80 = 165.  Plans
+    further off either side do not move it."""
+    plan = auto_sharding.Plan([], [], 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0)
+
+    def measured(estimate, memory):
+        return dataclasses.replace(plan, peak_memory=estimate, measured_memory=memory)
+
+    seen = [measured(120, 130), measured(190, 260), measured(150, 160), measured(180, 240)]
+    assert _bracketed_limit(seen, 200) == pytest.approx(165)
+    assert _bracketed_limit(seen[:1] + seen[2:3], 200) is None    # nothing overflowed
+    assert _bracketed_limit(seen[1:2] + seen[3:], 200) is None    # nothing fitted
 
 
 def test_a_plan_xla_says_has_room_to_spare_is_searched_again_larger():
