@@ -503,6 +503,30 @@ def test_a_row_the_relaxation_s_plan_overflows_is_added_before_the_0_1_program(u
     assert shown[0][0] == 1
 
 
+def test_a_rounded_plan_that_overflows_a_new_point_is_not_divided(monkeypatch):
+    """The same overflow, the LP divided: its rounded plan (switching unit
+    0) is shown before any division, and the division runs once, under
+    both rows, for the plan that respects them."""
+    problem, rows = _three_switches()
+    shown, divided_under = [], []
+
+    def overflow(strategies):
+        shown.append(strategies)
+        return {0: np.array([0.0, 30.0])} if len(shown) == 1 else None
+
+    divide = _Milp._divide
+
+    def spy(self, highs, run, held, memory_rows, *args):
+        divided_under.append(len(memory_rows))
+        return divide(self, highs, run, held, memory_rows, *args)
+
+    monkeypatch.setattr(_Milp, "_divide", spy)
+    assert Search._within_gap(problem, rows, 20.0, time.perf_counter() + 30,
+                              overflow) == ([0, 1, 1], 11.0)
+    assert shown[0][0] == 1
+    assert divided_under and set(divided_under) == {2}
+
+
 def test_a_tight_relaxation_proves_its_support_s_plan():
     """With 250 that every plan pays, the LP's 255 is within the gap of the
     plans switching 0 and 1 (258) or 0 and 2 (259), not of 1 and 2 (261).
