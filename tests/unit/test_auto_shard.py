@@ -527,6 +527,23 @@ def test_a_rounded_plan_that_overflows_a_new_point_is_not_divided(monkeypatch):
     assert divided_under and set(divided_under) == {2}
 
 
+def test_the_rounding_is_built_on_the_columns_the_lp_leaves_open():
+    """Unit 0 switched whole, unit 1 blended, unit 2 kept whole: the
+    rounding decides unit 1's two choices (columns 2, 3) and the pair
+    variables of units 0 and 1 that go with unit 0's switch (its row of
+    the 2x2 block after the six choice columns: 6 + 2 + 0 and 6 + 2 + 1);
+    unit 0's switch (1) and unit 2's keep (4) are fixed at one."""
+    problem, rows = _three_switches()
+    x = np.zeros(problem.variables)
+    x[[1, 4]] = 1.0
+    x[[2, 3]] = 0.5
+    open_columns, ones = problem._open_on(x)
+    assert open_columns.tolist() == [2, 3, 8, 9]
+    assert ones.tolist() == [1, 4]
+    # Within 20 held, unit 1 must switch too: 3 + 5, and no pair cost.
+    assert problem._on_support(x, rows, 20.0, time.perf_counter() + 30) == ([1, 1, 0], 8.0)
+
+
 def test_a_tight_relaxation_proves_its_support_s_plan():
     """With 250 that every plan pays, the LP's 255 is within the gap of the
     plans switching 0 and 1 (258) or 0 and 2 (259), not of 1 and 2 (261).
