@@ -1908,6 +1908,8 @@ class _Milp:
         (Built whole, with the rest fixed by their bounds for HiGHS's
         presolve to remove, each rounding took 0.09 s on Mixtral's forward,
         where pair variables are 48k of its 50k columns.)"""
+        from scipy import sparse
+
         left = deadline - time.perf_counter()
         if left <= 0:
             return None
@@ -1935,8 +1937,6 @@ class _Milp:
                                      len(open_columns)))
             row_lower.append(-np.inf)
             row_upper.append(budget - float(values[~kept] @ fixed[cols[~kept]]))
-        from scipy import sparse
-
         n_integer = int(np.searchsorted(open_columns, self.n_choice))
         x_open, status = self._highs_milp(
             self.objective[open_columns], sparse.vstack(rows, format="csr"),

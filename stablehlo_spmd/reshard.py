@@ -540,7 +540,8 @@ class _Problem:
                 q = self.shards(group)
                 if self.splittable(dim, major, q):
                     cost = local * (q - 1) * self.scale
-                    yield _Move(Step("all_gather", group, dim, bytes_per_device=self.unscaled(cost)),
+                    yield _Move(Step("all_gather", group, dim,
+                                     bytes_per_device=self.unscaled(cost)),
                                 _with_dim(layout, dim, major), cost)
             if axes:
                 yield self.gather_by_sum(layout, dim)
