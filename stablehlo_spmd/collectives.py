@@ -74,22 +74,29 @@ class Piece(NamedTuple):
 
 def permute_groups(pieces: Sequence[Piece]) -> list[tuple[bool, list[Piece]]]:
     """`pieces` as (moves, group): first the pieces devices keep (moves
-    False), then groups in which each device sends at most one piece and
-    receives at most one, so one collective_permute carries each; widest
-    first, so a group's width (its widest piece) is what it must carry."""
-    kept = [piece for piece in pieces if piece.source == piece.target]
-    groups: list[tuple[set, set, list[Piece]]] = []
-    for piece in sorted((x for x in pieces if x.source != x.target), key=lambda x: -x.size):
-        for senders, receivers, group in groups:
-            if piece.source not in senders and piece.target not in receivers:
-                break
-        else:
-            senders, receivers, group = set(), set(), []
-            groups.append((senders, receivers, group))
-        senders.add(piece.source)
-        receivers.add(piece.target)
-        group.append(piece)
-    return ([(False, kept)] if kept else []) + [(True, group) for _, _, group in groups]
+    False), then the pieces that move; in every group each device sends at
+    most one piece and receives at most one, so one collective_permute
+    carries each moving group and one placement puts each group in place.
+    A device can keep several pieces of its own shard (x beside a slice of
+    x), so kept pieces are grouped by the same rule.  Widest first, so a
+    group's width (its widest piece) is what it must carry."""
+    def grouped(chosen) -> list[list[Piece]]:
+        groups: list[tuple[set, set, list[Piece]]] = []
+        for piece in sorted(chosen, key=lambda x: -x.size):
+            for senders, receivers, group in groups:
+                if piece.source not in senders and piece.target not in receivers:
+                    break
+            else:
+                senders, receivers, group = set(), set(), []
+                groups.append((senders, receivers, group))
+            senders.add(piece.source)
+            receivers.add(piece.target)
+            group.append(piece)
+        return [group for _, _, group in groups]
+
+    kept = grouped(piece for piece in pieces if piece.source == piece.target)
+    moved = grouped(piece for piece in pieces if piece.source != piece.target)
+    return [(False, group) for group in kept] + [(True, group) for group in moved]
 
 
 class Emitter:

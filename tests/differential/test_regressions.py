@@ -100,3 +100,44 @@ def test_xla_still_rejects_all_to_all_of_a_padded_transpose():
     mesh = JaxMesh(np.array(jax.devices()[:2]), ("x",))
     step = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     assert step(jnp.ones((6, 2, 1), jnp.float32)).shape == (2, 2, 6)
+
+
+
+SHARDED = '{sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}, {}]>}'
+
+
+@pytest.mark.parametrize("where", ["argument", "result"])
+def test_concatenate_of_slices_of_one_tensor_with_two_dims_split(where):
+    # Shardy's registry case: x[:, 0:32] ++ x ++ x[:, 0:24] along dim 1, with
+    # dim 0 on "x" and dim 1 on "y" (pinned on the argument, or on the result
+    # and propagated back).  Device blocks of 48 rows take pieces of x's
+    # 20-row shards; the first block keeps two pieces of its own shard
+    # (x[0:20] and x[0:16]), and a placement that held both kept only the
+    # last: rows 0-19 and 52-71 came out wrong.
+    argument, result = (SHARDED, "") if where == "argument" else ("", SHARDED)
+    check(f"""
+sdy.mesh @mesh = <["x"=2, "y"=2]>
+func.func @main(%arg0: tensor<4x40x8xf32> {argument}) -> (tensor<4x96x8xf32> {result}) {{
+  %0 = stablehlo.slice %arg0 [0:4, 0:32, 0:8] : (tensor<4x40x8xf32>) -> tensor<4x32x8xf32>
+  %1 = stablehlo.slice %arg0 [0:4, 0:24, 0:8] : (tensor<4x40x8xf32>) -> tensor<4x24x8xf32>
+  %2 = stablehlo.concatenate %0, %arg0, %1, dim = 1 : (tensor<4x32x8xf32>, tensor<4x40x8xf32>, tensor<4x24x8xf32>) -> tensor<4x96x8xf32>
+  return %2 : tensor<4x96x8xf32>
+}}
+""", Mesh.from_string("x=2,y=2"))
+
+
+@pytest.mark.parametrize("where", ["argument", "result"])
+def test_concatenate_of_one_tensor_twice_around_its_slice(where):
+    # The registry's other case: x ++ x[0:2] ++ x along dim 0, split on "x"
+    # (2 rows a shard, 5 a block): block 1 keeps x[2:4] and x[0:1]... and
+    # block 0 two pieces of shard 0.
+    argument, result = ((SHARDED.replace(', {}]', ']'), "") if where == "argument"
+                        else ("", SHARDED.replace(', {}]', ']')))
+    check(f"""
+sdy.mesh @mesh = <["x"=2, "y"=2]>
+func.func @main(%arg0: tensor<4x64xf32> {argument}) -> (tensor<10x64xf32> {result}) {{
+  %0 = stablehlo.slice %arg0 [0:2, 0:64] : (tensor<4x64xf32>) -> tensor<2x64xf32>
+  %1 = stablehlo.concatenate %arg0, %0, %arg0, dim = 0 : (tensor<4x64xf32>, tensor<2x64xf32>, tensor<4x64xf32>) -> tensor<10x64xf32>
+  return %1 : tensor<10x64xf32>
+}}
+""", Mesh.from_string("x=2,y=2"))

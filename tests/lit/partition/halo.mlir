@@ -305,3 +305,32 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %2 : tensor<20xf32>
   }
 }
+
+// -----
+
+// A slice of x before x itself, 10 elements split 2 ways (5 a device):
+// device 0's block is x[0:2] then x[0:3], two pieces of its own shard.  Each
+// kept piece is placed on its own (a placement holds one piece per device);
+// only x[3] moves, from device 0 to device 1.
+
+// CHECK-LABEL: func.func public @main(%arg0: tensor<8xf32>
+// CHECK: (%[[X:arg[0-9]+]]: tensor<4xf32>) {
+// CHECK-NOT: collective_permute
+// CHECK: %[[WIDE:.*]] = stablehlo.dynamic_slice %[[X]], %{{.*}}, sizes = [4]
+// CHECK: stablehlo.dynamic_update_slice %{{.*}}, %[[WIDE]], %{{.*}} : (tensor<13xf32>, tensor<4xf32>, tensor<i32>)
+// CHECK-NOT: collective_permute
+// CHECK: %[[NARROW:.*]] = stablehlo.dynamic_slice %[[X]], %{{.*}}, sizes = [2]
+// CHECK: stablehlo.dynamic_update_slice %{{.*}}, %[[NARROW]], %{{.*}} : (tensor<9xf32>, tensor<2xf32>, tensor<i32>)
+// CHECK: %[[ONE:.*]] = stablehlo.dynamic_slice %[[X]], %{{.*}}, sizes = [1]
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[ONE]])
+// CHECK-SAME: source_target_pairs = dense<{{\[\[}}0, 1]]>
+// CHECK-NOT: collective_permute
+// CHECK: sdy.return
+module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
+  func.func @main(%a: tensor<8xf32> {mhlo.sharding = "{devices=[2]<=[2]}"})
+      -> (tensor<10xf32> {mhlo.sharding = "{devices=[2]<=[2]}"}) {
+    %0 = stablehlo.slice %a [0:2] : (tensor<8xf32>) -> tensor<2xf32>
+    %1 = stablehlo.concatenate %0, %a, dim = 0 : (tensor<2xf32>, tensor<8xf32>) -> tensor<10xf32>
+    return %1 : tensor<10xf32>
+  }
+}
