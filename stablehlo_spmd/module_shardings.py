@@ -25,6 +25,8 @@ reads as the devices it lists (an order of its own: `tile_axes`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import math
@@ -450,6 +452,106 @@ def _check_device_count(value: ShardedValue, tiled: HloSharding, count: int | No
         if outside:
             raise _located(value, f"{what} names device {outside[0]} but the module has "
                                   f"devices 0 to {devices - 1}")
+
+
+# ------------------------------------------------------------ the one entry
+#
+# Every pass and API call that reads a module's mesh goes through
+# `checked_mesh`: one reading of which mesh the module is on (its own
+# ``spmd.mesh``, a mesh the caller gives, or one inferred from its device
+# lists) and one check that every sharding in it reads on that mesh, the way
+# propagation and the partitioner read them (any device order, as the same
+# blocks in the mesh's order).  So the API and the CLI, and every pass of a
+# pipeline, accept and refuse the same modules.  Within one pipeline run
+# (`checking_once`) the answer is kept until a pass that writes shardings
+# runs (`forget_checks`), so a pipeline checks a module once per such pass,
+# not once per question asked of it.
+
+_CHECKED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("checked_meshes",
+                                                                       default=None)
+
+
+@contextlib.contextmanager
+def checking_once() -> Iterator[None]:
+    """Keep `checked_mesh`'s answers for the duration (one pipeline run)."""
+    token = _CHECKED.set({})
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
+
+
+def forget_checks() -> None:
+    """Shardings may have changed: the next `checked_mesh` checks again."""
+    kept = _CHECKED.get()
+    if kept is not None:
+        kept.clear()
+
+
+def checked_mesh(module: ir.Operation, given: Mesh | None = None) -> Mesh | None:
+    """The mesh `module`'s shardings are on, after checking every one of them.
+
+    `given` (a caller's mesh, e.g. the rules') is taken as it is where the
+    module names none: inferring one from the device lists could fail, or
+    differ, where the given one fits; only the device counts must agree.
+    None when nothing says the module runs on more than one device.  Raises
+    a located `ShardingError` at the first value whose sharding does not
+    read on the mesh."""
+    kept = _CHECKED.get()
+    key = (module, given)
+    if kept is not None and key in kept:
+        return kept[key]
+    mesh = _mesh_of(module, given)
+    if mesh is not None:
+        _check_shardings(module, mesh)
+    if kept is not None:
+        kept[key] = mesh
+    return mesh
+
+
+def _mesh_of(module: ir.Operation, given: Mesh | None) -> Mesh | None:
+    own = read_mesh(module)
+    if given is None:
+        return module_mesh(module) if own is None else _named(module, own)
+    partitions = num_partitions(module)
+    if partitions not in (None, 1, given.size):
+        raise ShardingError(f"the mesh [{given.describe_axes()}] has {given.size} devices but "
+                            f"the module says {NUM_PARTITIONS} = {partitions}",
+                            source_position(module.location))
+    count = module_device_count(module)
+    if count is not None and count != given.size:
+        raise ShardingError(f"the mesh [{given.describe_axes()}] has {given.size} devices but "
+                            f"the module's existing shardings use {count}",
+                            source_position(module.location))
+    return given
+
+
+def _named(module: ir.Operation, mesh: Mesh) -> Mesh:
+    _check_named_devices(module, mesh.size)
+    return mesh
+
+
+def _check_shardings(module: ir.Operation, mesh: Mesh) -> None:
+    for value in all_sharded_values(module):
+        hlo = read_hlo(value)
+        if hlo is None or hlo.kind in ("tuple", "unknown") or value.rank is None:
+            continue
+        value_type = value.type
+        if hlo.kind == "tiled" and not ir.ShapedType(value_type).has_static_shape:
+            raise _located(value, f"{_label(value)} has a dynamic shape ({value_type}); "
+                                  "stablehlo-spmd partitions static shapes only")
+        try:
+            Sharding.from_hlo(hlo, mesh, value.rank, any_order=True)
+        except ShardingError as error:
+            raise _located(value, f"{_label(value)}: {error.message}") from None
+
+
+def _label(value: ShardedValue) -> str:
+    """`value.describe()`, with the function it belongs to: a module's
+    private functions have arguments #0 too."""
+    if value.kind == "op":
+        return value.describe()
+    return f"{value.describe()} of @{ir.StringAttr(value.owner.attributes['sym_name']).value}"
 
 
 def _has_tiles(sharding: HloSharding) -> bool:

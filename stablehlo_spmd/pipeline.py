@@ -26,6 +26,7 @@ from jaxlib.mlir import ir, passmanager
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.errors import PipelineError, SpmdError
 from stablehlo_spmd.ir import make_context
+from stablehlo_spmd.module_shardings import checking_once, forget_checks
 from stablehlo_spmd.passes import ModulePass, registered_passes
 
 PipelineElement = Union[ModulePass, str]
@@ -205,7 +206,8 @@ def run_pipeline(module: ir.Operation, pipeline: Pipeline | str,
             manager.enable_timing()
         errors_before = len(engine.errors)
         try:
-            manager.run(module)
+            with checking_once():
+                manager.run(module)
         except ir.MLIRError as error:
             if internal_errors:
                 raise internal_errors[0]
@@ -226,6 +228,7 @@ def _python_pass(element: ModulePass, engine: diagnostics.DiagnosticEngine,
         try:
             with diagnostics.collecting(engine):
                 element.run(op.operation)
+            forget_checks()  # every project pass writes shardings
         except SpmdError as error:
             engine.error(error.location, error.message, type(error))
         except Exception as error:  # a bug: keep it for the caller, stop the pipeline

@@ -33,9 +33,8 @@ from stablehlo_spmd import diagnostics
 from stablehlo_spmd.errors import MeshError, PipelineError, ShardingError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MHLO_SHARDING, OPEN_DIMS, PRIORITIES, ShardedValue, all_sharded_values, function_values,
-    functions, import_shardy, is_private, module_device_count, module_mesh, num_partitions,
-    read_hlo, set_attrs, sharding_attr, write_mesh)
+    MHLO_SHARDING, OPEN_DIMS, PRIORITIES, ShardedValue, checked_mesh, function_values, functions,
+    import_shardy, is_private, set_attrs, sharding_attr, write_mesh)
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.rules import Rule, RuleSet, load_rules
 from stablehlo_spmd.sharding import Sharding
@@ -56,10 +55,14 @@ class AnnotatePass(ModulePass):
     def run(self, module: ir.Operation) -> None:
         rule_set = self._rule_set()
         import_shardy(module)
-        mesh = self._choose_mesh(module, rule_set)
-        if mesh is None:
+        try:
+            mesh = checked_mesh(module, rule_set.mesh)
+        except ShardingError as error:
+            diagnostics.error(error.location or module.location, error.message)
             return
-        if not _existing_shardings_fit(module, mesh):
+        if mesh is None:
+            diagnostics.error(module.location, "spmd-annotate needs a mesh: give the rules "
+                              "file a [mesh] table or pass the 'mesh' option")
             return
         used_rules, updates = set(), []
         for func in functions(module):
@@ -97,60 +100,6 @@ class AnnotatePass(ModulePass):
             except MeshError as error:
                 raise PipelineError(f"invalid 'mesh' option of spmd-annotate: {error}") from None
         return rule_set
-
-    def _choose_mesh(self, module: ir.Operation, rule_set: RuleSet) -> Mesh | None:
-        """The rules' mesh, checked against what the module already says.
-
-        Reports why and returns None when there is no usable mesh.
-        """
-        mesh = rule_set.mesh
-        partitions = num_partitions(module)
-        if mesh is not None and partitions not in (None, 1, mesh.size):
-            diagnostics.error(module.location,
-                              f"the mesh [{mesh.describe_axes()}] has {mesh.size} devices but "
-                              f"the module says mhlo.num_partitions = {partitions}", ShardingError)
-            return None
-        try:
-            # A given mesh is taken as it is: inferring one from the module's
-            # device lists could fail (or differ) where the given one fits.
-            existing = module_mesh(module) if mesh is None else None
-            count = module_device_count(module) if mesh is not None else None
-        except ShardingError as error:
-            diagnostics.error(error.location or module.location, error.message)
-            return None
-        if mesh is None and existing is None:
-            diagnostics.error(module.location, "spmd-annotate needs a mesh: give the rules "
-                              "file a [mesh] table or pass the 'mesh' option")
-            return None
-        if mesh is not None and count is not None and count != mesh.size:
-            diagnostics.error(module.location,
-                              f"the mesh [{mesh.describe_axes()}] has {mesh.size} devices but "
-                              f"the module's existing shardings use {count}", ShardingError)
-            return None
-        return mesh or existing
-
-
-def _existing_shardings_fit(module: ir.Operation, mesh: Mesh) -> bool:
-    ok = True
-    for value in all_sharded_values(module):
-        try:
-            hlo = read_hlo(value)
-        except ShardingError as error:
-            diagnostics.error(error.location or value.location, error.message)
-            ok = False
-            continue
-        if hlo is None or hlo.kind in ("tuple", "unknown") or value.rank is None:
-            continue
-        if hlo.kind == "tiled" and _is_dynamic(value.type):
-            _report_dynamic(value)
-            ok = False
-            continue
-        try:
-            Sharding.from_hlo(hlo, mesh, value.rank)
-        except ShardingError as error:
-            diagnostics.error(value.location, f"{value.describe()}: {error.message}")
-            ok = False
-    return ok
 
 
 def _sharding_for(value: ShardedValue, rule: Rule, mesh: Mesh) -> ir.Attribute | None:

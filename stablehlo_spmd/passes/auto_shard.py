@@ -52,7 +52,7 @@ from stablehlo_spmd.auto_sharding import (
 from stablehlo_spmd.errors import ShardingError, SpmdError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    import_shardy, module_mesh, untuple_custom_calls)
+    checked_mesh, import_shardy, untuple_custom_calls)
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.passes.propagate import ModuleGraph
 from stablehlo_spmd.propagation import NO_VALUE, ValueState
@@ -188,11 +188,10 @@ def _read(module: ir.Operation, mesh: Mesh | None) -> tuple[ModuleGraph, Mesh] |
     try:
         import_shardy(module, lower_manual=True)
         untuple_custom_calls(module)
-        found = module_mesh(module)
+        mesh = checked_mesh(module, mesh)
     except ShardingError as error:
         diagnostics.error(error.location or module.location, error.message)
         return None
-    mesh = mesh or found
     if mesh is None:
         diagnostics.error(module.location, "spmd-auto-shard needs a mesh: give the pass "
                           "mesh=data=4,model=2 (or --mesh), or annotate the module first")

@@ -18,7 +18,8 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 
 from stablehlo_spmd import diagnostics
-from stablehlo_spmd.module_shardings import functions, module_mesh
+from stablehlo_spmd.errors import ShardingError
+from stablehlo_spmd.module_shardings import checked_mesh, functions
 from stablehlo_spmd.partitioning import Partitioner
 from stablehlo_spmd.partitioning.partitioner import is_private
 from stablehlo_spmd.partitioning.windowed import fold_slices_of_pads
@@ -34,7 +35,11 @@ class PartitionPass(ModulePass):
     warn_bytes: int = 64 * 2**20
 
     def run(self, module: ir.Operation) -> None:
-        mesh = module_mesh(module)
+        try:
+            mesh = checked_mesh(module)
+        except ShardingError as error:
+            diagnostics.error(error.location or module.location, error.message)
+            return
         if mesh is None:
             diagnostics.error(module.location, "spmd-partition needs a propagated module "
                               "(run spmd-annotate and spmd-propagate first)")

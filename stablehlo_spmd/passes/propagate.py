@@ -42,9 +42,9 @@ from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh, parse_sub_axis, split_axes
 from stablehlo_spmd.module_shardings import (
-    MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue,
+    MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue, checked_mesh,
     export_propagation_controls, function_values, functions, import_shardy, is_manual_boundary,
-    is_private, is_sharding_constraint, module_mesh, read_hlo, read_open_dims, read_priorities,
+    is_private, is_sharding_constraint, read_hlo, read_open_dims, read_priorities,
     set_attrs, sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
@@ -90,7 +90,7 @@ class PropagatePass(ModulePass):
             return
         untuple_custom_calls(module)
         try:
-            mesh = module_mesh(module)
+            mesh = checked_mesh(module)
         except ShardingError as error:
             diagnostics.error(error.location or module.location, error.message)
             return
