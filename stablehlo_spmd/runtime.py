@@ -1127,18 +1127,20 @@ def _read_inputs(path: str | None, arguments: Sequence[TensorInfo], module_path:
         keys = set(archive.files)
         arrays, used = [], set()
         for argument in arguments:
-            by_name = argument.name if argument.name in keys else None
-            positional = f"arg{argument.index}" if f"arg{argument.index}" in keys else None
-            if by_name and positional and by_name != positional:
+            # Three spellings: the argument's name, ``argN``, and NumPy's own
+            # ``arr_N`` (what ``np.savez(path, *arrays)`` writes).
+            spellings = [key for key in (argument.name, f"arg{argument.index}",
+                                         f"arr_{argument.index}") if key and key in keys]
+            if len(spellings) > 1:
                 raise RuntimeInputError(
-                    f"{argument.describe()} is given twice in '{path}', as {by_name!r} and as "
-                    f"{positional!r}", module_path)
-            key = by_name or positional
-            if key is None:
+                    f"{argument.describe()} is given twice in '{path}', as {spellings[0]!r} and "
+                    f"as {spellings[1]!r}", module_path)
+            if not spellings:
                 raise RuntimeInputError(
                     f"{argument.describe()} is missing from '{path}': expected the key "
-                    + (f"{argument.name!r} or " if argument.name else "")
-                    + f"'arg{argument.index}'", module_path)
+                    + (f"{argument.name!r}, " if argument.name else "")
+                    + f"'arg{argument.index}' or 'arr_{argument.index}'", module_path)
+            key = spellings[0]
             used.add(key)
             arrays.append(archive[key])
         unknown = sorted(keys - used)
@@ -1147,7 +1149,8 @@ def _read_inputs(path: str | None, arguments: Sequence[TensorInfo], module_path:
             raise RuntimeInputError(
                 f"'{path}' has key{'s' if len(unknown) > 1 else ''} "
                 f"{', '.join(map(repr, unknown))} naming no argument (the arguments are "
-                f"{names}, or arg0..arg{max(len(arguments) - 1, 0)})", module_path)
+                f"{names}, or arg0..arg{max(len(arguments) - 1, 0)}, or "
+                f"arr_0..arr_{max(len(arguments) - 1, 0)})", module_path)
     return arrays
 
 

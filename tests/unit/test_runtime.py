@@ -674,6 +674,11 @@ def test_run_files(tmp_path):
     np.savez(inputs, arg0=x, arg1=w1)  # positional keys work as well
     runtime.run_files(str(module), str(inputs), str(outputs))
 
+    np.savez(inputs, x, w1)  # and NumPy's own, arr_0 and arr_1
+    runtime.run_files(str(module), str(inputs), str(outputs))
+    with np.load(outputs) as result:
+        np.testing.assert_allclose(result["result0"], x @ w1, rtol=1e-5, atol=1e-5)
+
 
 def test_run_files_asks_for_the_devices_it_needs(tmp_path):
     module, inputs, outputs = tmp_path / "two_axes.mlir", tmp_path / "in.npz", tmp_path / "out.npz"
@@ -701,7 +706,7 @@ def test_run_files_errors_write_nothing(tmp_path):
     np.savez(inputs, x=x)
     with pytest.raises(runtime.RuntimeInputError,
                        match="argument #1 \"params\\['w1'\\]\" is missing .*"
-                             "expected the key \"params\\['w1'\\]\" or 'arg1'"):
+                             "expected the key \"params\\['w1'\\]\", 'arg1' or 'arr_1'"):
         runtime.run_files(str(module), str(inputs), str(outputs))
 
     np.savez(inputs, x=x, arg1=w1, w2=w1)
@@ -710,6 +715,12 @@ def test_run_files_errors_write_nothing(tmp_path):
 
     np.savez(inputs, x=x, arg0=x, arg1=w1)
     with pytest.raises(runtime.RuntimeInputError, match="given twice"):
+        runtime.run_files(str(module), str(inputs), str(outputs))
+
+    # NumPy's positional key names the same argument as 'arg1' does.
+    np.savez(inputs, x, w1, arg1=w1)
+    with pytest.raises(runtime.RuntimeInputError,
+                       match="argument #1 .* given twice .* as 'arg1' and as 'arr_1'"):
         runtime.run_files(str(module), str(inputs), str(outputs))
 
     np.savez(inputs, x=x, arg1=w1.T)
