@@ -331,4 +331,4 @@ def int_array(attr: ir.Attribute) -> list[int]:
 # The families register themselves on import; importing them here, after
 # everything they use is defined, means any import of the table loads all of it.
 from stablehlo_spmd.op_rules import (  # noqa: E402,F401
-    compute, control, elementwise, indexing, shape_ops, windowed)
+    compute, control, custom_calls, elementwise, indexing, shape_ops, windowed)

@@ -23,7 +23,7 @@ from stablehlo_spmd.module_shardings import (
     FULL_TO_SHARD, is_manual_boundary, is_sharding_constraint)
 from stablehlo_spmd.op_rules import (
     FactorKind, OpRule, RuleBuilder, UnreducedFlow, register, register_group, register_ties)
-from stablehlo_spmd.op_rules.indexing import top_k_rule
+from stablehlo_spmd.op_rules.custom_calls import TARGET_RULES
 from stablehlo_spmd.shapes import shape_of
 
 
@@ -101,9 +101,6 @@ def _constraint(op: ir.Operation):
 
 SHARDING_RULE = "sdy.sharding_rule"
 
-# Custom calls whose target this project knows, by target name.
-_TARGET_RULES = {"TopK": top_k_rule}
-
 
 @register("stablehlo.custom_call")
 def _custom_call(op: ir.Operation):
@@ -114,7 +111,8 @@ def _custom_call(op: ir.Operation):
     * one carrying Shardy's ``sdy.sharding_rule`` (as JAX puts on its
       batched linear-algebra calls): that rule's factors, read by
       `sharding_rule_factors`;
-    * a target in `_TARGET_RULES` (XLA's ``@TopK``): that target's rule.
+    * a target in `custom_calls.TARGET_RULES` (every target Shardy's
+      registry knows, and XLA's ``@TopK``): that target's rule.
 
     Other custom calls are opaque: no rule, so they are replicated with a
     warning.
@@ -125,7 +123,7 @@ def _custom_call(op: ir.Operation):
         return _manual_boundary(op)
     if SHARDING_RULE in op.attributes:
         return sharding_rule_factors(op)
-    known = _TARGET_RULES.get(ir.StringAttr(op.attributes["call_target_name"]).value)
+    known = TARGET_RULES.get(ir.StringAttr(op.attributes["call_target_name"]).value)
     return known(op) if known is not None else None
 
 
