@@ -70,20 +70,33 @@ def _resizing_collective(op: ir.Operation):
     """An all-gather, reduce-scatter or all-to-all already in the program
     (a shard_map body's): like `_device_collective`, an identity on every
     dim but the ones it gathers, scatters or splits, which it needs whole on
-    each device."""
-    if len(op.operands) != 1 or len(op.results) != 1:
+    each device.  A variadic one applies the same to each operand and its
+    result alike: the dims that pass through are shared by all of them, as
+    in Shardy (its operands must agree in those sizes)."""
+    if not op.operands or len(op.operands) != len(op.results):
         return None
-    operand, result = shape_of(op.operands[0]), shape_of(op.results[0])
-    if operand is None or result is None or len(operand) != len(result):
+    operands = [shape_of(v) for v in op.operands]
+    results = [shape_of(v) for v in op.results]
+    if any(s is None for s in operands + results):
+        return None
+    rank = len(operands[0])
+    if any(len(s) != rank for s in operands + results):
         return None
     resized = {ir.IntegerAttr(op.attributes[name]).value for name in _RESIZED_DIMS[op.name]}
-    builder = RuleBuilder([len(operand)], [len(result)])
-    for dim, (size_in, size_out) in enumerate(zip(operand, result)):
+    kept = [dim for dim in range(rank) if dim not in resized]
+    if any(s[dim] != operands[0][dim] for s in operands + results for dim in kept):
+        return None
+    count = len(op.operands)
+    builder = RuleBuilder([rank] * count, [rank] * count)
+    for dim in range(rank):
         if dim in resized:
-            builder.factor(size_in, FactorKind.NEED_REPLICATION, [dim], [None])
-            builder.factor(size_out, FactorKind.NEED_REPLICATION, [None], [dim])
+            for tensor in range(count):
+                only = [None] * count
+                only[tensor] = dim
+                builder.factor(operands[tensor][dim], FactorKind.NEED_REPLICATION, only, [None] * count)
+                builder.factor(results[tensor][dim], FactorKind.NEED_REPLICATION, [None] * count, only)
         else:
-            builder.factor(size_in, FactorKind.PASS_THROUGH, [dim], [dim])
+            builder.factor(operands[0][dim], FactorKind.PASS_THROUGH, [dim] * count, [dim] * count)
     return builder.build(UnreducedFlow.NONE, (), keeps_attributes=True)
 
 

@@ -14,6 +14,7 @@ from jaxlib.mlir import ir
 
 from stablehlo_spmd.op_rules import (
     FactorKind, RuleBuilder, UnreducedFlow, elementwise_rule, register)
+from stablehlo_spmd.shapes import shape_of
 
 _UNARY = [
     "abs", "cbrt", "ceil", "cosine", "count_leading_zeros", "exponential",
@@ -76,3 +77,19 @@ def _bitcast_convert(op: ir.Operation):
     if target.rank > common:
         builder.factor(target.shape[common], FactorKind.NEED_REPLICATION, [None], [common])
     return builder.build()
+
+
+@register("stablehlo.batch_norm_inference")
+def _batch_norm_inference(op: ir.Operation):
+    """``(x, scale, offset, mean, variance) -> y``, element-wise in x: the
+    four per-feature vectors share x's feature dim, and every dim passes
+    through, as in Shardy."""
+    shape = shape_of(op.operands[0])
+    if shape is None or len(op.operands) != 5 or any(size < 0 for size in shape):
+        return None
+    feature = ir.IntegerAttr(op.attributes["feature_index"]).value
+    builder = RuleBuilder([len(shape), 1, 1, 1, 1], [len(shape)])
+    for dim, size in enumerate(shape):
+        vectors = [0 if dim == feature else None] * 4
+        builder.factor(size, FactorKind.PASS_THROUGH, [dim, *vectors], [dim])
+    return builder.build(keeps_attributes=True)

@@ -141,3 +141,19 @@ func.func @main(%arg0: tensor<4x64xf32> {argument}) -> (tensor<10x64xf32> {resul
   return %1 : tensor<10x64xf32>
 }}
 """, Mesh.from_string("x=2,y=2"))
+
+
+def test_batch_norm_inference_with_its_feature_dim_split():
+    # The per-feature vectors follow x's split feature dim (each device
+    # normalizes its own features with its own slice of scale and mean).
+    check("""
+module {
+  func.func public @main(%arg0: tensor<4x8x6xf32> {mhlo.sharding = "{devices=[2,2,1]<=[4]}"}, %arg1: tensor<8xf32>,
+                         %arg2: tensor<8xf32>, %arg3: tensor<8xf32>, %arg4: tensor<8xf32>) -> tensor<4x8x6xf32> {
+    %0 = stablehlo.abs %arg4 : tensor<8xf32>
+    %1 = "stablehlo.batch_norm_inference"(%arg0, %arg1, %arg2, %arg3, %0) {epsilon = 0.001 : f32, feature_index = 1 : i64}
+        : (tensor<4x8x6xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8x6xf32>
+    return %1 : tensor<4x8x6xf32>
+  }
+}
+""", Mesh.from_string("x=2,y=2"))
