@@ -172,9 +172,14 @@ def _cholesky(op: ir.Operation):
 @register("stablehlo.fft")
 def _fft(op: ir.Operation):
     """The transform runs over the last ``len(fft_length)`` dims, which need
-    every element (a real transform changes the last one's size, so operand
-    and result get a factor each there); the leading dims are batch and
-    pass through split."""
+    every element; the leading dims are batch and pass through split.  A
+    transform dim the op keeps in size is one PERMUTATION factor of operand
+    and result: a split there propagates (as Shardy's need-replication
+    factor does) and the partitioner gathers it for the transform, then
+    keeps its own part of the result, which moves nothing more than
+    gathering alone and leaves the result split.  A real transform changes
+    the last dim's size: operand and result get a factor each there, and
+    nothing crosses (Shardy blocks that factor too)."""
     shape, result_shape = shape_of(op.operands[0]), shape_of(op.results[0])
     if shape is None or result_shape is None or len(shape) != len(result_shape):
         return None
@@ -183,6 +188,8 @@ def _fft(op: ir.Operation):
     for dim in range(rank):
         if dim < rank - count:
             builder.factor(shape[dim], FactorKind.PASS_THROUGH, [dim], [dim])
+        elif shape[dim] == result_shape[dim]:
+            builder.factor(shape[dim], FactorKind.PERMUTATION, [dim], [dim])
         else:
             builder.factor(shape[dim], FactorKind.NEED_REPLICATION, [dim], [None])
             builder.factor(result_shape[dim], FactorKind.NEED_REPLICATION, [None], [dim])

@@ -35,7 +35,7 @@ func.func @bad_sharding(%arg0: tensor<4x4xf32> {mhlo.sharding = "{devices=[2,2]<
 
 // -----
 
-// expected-error@+1 {{argument #0: sharding tiles 2 dimensions but the tensor has rank 1}}
+// expected-error@+1 {{argument #0 of @tile_rank: sharding tiles 2 dimensions but the tensor has rank 1}}
 func.func @tile_rank(%arg0: tensor<8xf32> {mhlo.sharding = "{devices=[4,2]<=[8]}"}) -> tensor<8xf32> {
   return %arg0 : tensor<8xf32>
 }

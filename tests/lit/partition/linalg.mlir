@@ -38,3 +38,24 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
     return %0 : tensor<8x4x4xf32>
   }
 }
+
+// -----
+
+// A complex fft over its last two dims, the first of them split on "y":
+// the split propagates to the result (a transform dim that keeps its size),
+// and the partitioner gathers that dim for the transform, then keeps its
+// own half of the result.  The batch dim stays split on "x".
+
+// CHECK-LABEL: func.func public @main
+// CHECK-SAME: -> (tensor<8x32x64xcomplex<f32>> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}, {}]>})
+// CHECK: (%[[A:arg[0-9]+]]: tensor<4x16x64xcomplex<f32>>) {
+// CHECK: %[[W:.*]] = "stablehlo.all_gather"(%[[A]]) <{all_gather_dim = 1
+// CHECK-NEXT: %[[F:.*]] = stablehlo.fft %[[W]], type = FFT, length = [32, 64] : (tensor<4x32x64xcomplex<f32>>) -> tensor<4x32x64xcomplex<f32>>
+// CHECK: %[[MINE:.*]] = stablehlo.dynamic_slice %[[F]], {{.*}} sizes = [4, 16, 64]
+// CHECK: sdy.return %[[MINE]]
+module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
+  func.func @fft(%a: tensor<8x32x64xcomplex<f32>> {mhlo.sharding = "{devices=[2,2,1]<=[4]}"}) -> tensor<8x32x64xcomplex<f32>> {
+    %0 = stablehlo.fft %a, type = FFT, length = [32, 64] : (tensor<8x32x64xcomplex<f32>>) -> tensor<8x32x64xcomplex<f32>>
+    return %0 : tensor<8x32x64xcomplex<f32>>
+  }
+}
