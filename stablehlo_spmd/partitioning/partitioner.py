@@ -82,6 +82,12 @@ class Partitioner:
         self._from_constants: dict[ir.Value, str | None] = {}
         # (per-device value, layout) -> [(moved value, the block it was moved in)].
         self._reshards: dict[tuple, list[tuple[ir.Value, ir.Block]]] = {}
+        # value -> [(per-device form, its layout, the block it was made in)]:
+        # the forms an op produced before its results were settled to their
+        # sharding (an op that read a dim whole and kept its own part of it
+        # still holds the whole result), so a reader wanting more of the
+        # value can start from there.
+        self._earlier_forms: dict[ir.Value, list[tuple[ir.Value, Sharding, ir.Block]]] = {}
         # (op, result shardings) while `rebuilt` plans an op at a layout of its choosing.
         self._rebuilding: tuple[ir.Operation, tuple[Sharding, ...]] | None = None
 
@@ -288,6 +294,8 @@ class Partitioner:
         if not set(target.unreduced) <= set(source.unreduced):
             target = target.reduced()
         if source != target:
+            self._earlier_forms.setdefault(value, []).append(
+                (self.local[value], source, ir.InsertionPoint.current.block))
             self.bind(value, self.to(value, target, rebuild=False), target)
 
     def to(self, value: ir.Value, target: Sharding, rebuild: bool = True) -> ir.Value:
@@ -308,6 +316,14 @@ class Partitioner:
                 return earlier
         steps = self._reshard_steps(value, source, target)
         moved = plan_cost(steps)
+        for form, layout, block in self._earlier_forms.get(value, ()):
+            if moved > 0 and _encloses(block, here):
+                try:
+                    from_form = self._reshard_steps(value, layout, target)
+                except ShardingError:
+                    continue
+                if plan_cost(from_form) < moved:
+                    local, source, steps, moved = form, layout, from_form, plan_cost(from_form)
         remade = self._rebuild_plan(value, target, _REBUILD_DEPTH) \
             if rebuild and moved > 0 else None
         if remade is not None and remade[2] < moved:
@@ -643,8 +659,3 @@ def _called_computations(module: ir.Operation) -> set[str]:
 
     module.walk(visit)
     return found
-
-
-def is_private(func: ir.Operation) -> bool:
-    return ("sym_visibility" in func.attributes
-            and ir.StringAttr(func.attributes["sym_visibility"]).value == "private")

@@ -59,3 +59,26 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
     return %0 : tensor<8x32x64xcomplex<f32>>
   }
 }
+
+// -----
+
+// The same fft with its result wanted whole: the transform's whole-row
+// result is still at hand after the part each device keeps is cut from it,
+// so the result is gathered from it over "x" alone; "y" is not gathered a
+// second time.
+
+// CHECK-LABEL: func.func public @main
+// CHECK: (%[[A:arg[0-9]+]]: tensor<4x16x64xcomplex<f32>>) {
+// CHECK: %[[W:.*]] = "stablehlo.all_gather"(%[[A]]) <{all_gather_dim = 1
+// CHECK-NEXT: %[[F:.*]] = stablehlo.fft %[[W]]
+// CHECK: %[[R:.*]] = "stablehlo.all_gather"(%[[F]]) <{all_gather_dim = 0
+// CHECK-SAME: (tensor<4x32x64xcomplex<f32>>) -> tensor<8x32x64xcomplex<f32>>
+// CHECK-NOT: all_gather
+// CHECK: sdy.return %[[R]]
+module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
+  func.func @fft_whole(%a: tensor<8x32x64xcomplex<f32>> {mhlo.sharding = "{devices=[2,2,1]<=[4]}"})
+      -> (tensor<8x32x64xcomplex<f32>> {mhlo.sharding = "{replicated}"}) {
+    %0 = stablehlo.fft %a, type = FFT, length = [32, 64] : (tensor<8x32x64xcomplex<f32>>) -> tensor<8x32x64xcomplex<f32>>
+    return %0 : tensor<8x32x64xcomplex<f32>>
+  }
+}
