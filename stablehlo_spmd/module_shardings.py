@@ -260,6 +260,18 @@ def is_private(func: ir.Operation) -> bool:
             and ir.StringAttr(func.attributes["sym_visibility"]).value == "private")
 
 
+def is_entry(func: ir.Operation) -> bool:
+    """Whether `func` is an entry point, whose boundary is what a caller
+    passes and gets back: a public function, or, in a module with none, its
+    @main (XLA runs the entry computation whatever its visibility, and a
+    converter may leave every function private)."""
+    if not is_private(func):
+        return True
+    if ir.StringAttr(func.attributes["sym_name"]).value != "main":
+        return False
+    return all(is_private(f) for f in functions(func.parent))
+
+
 def function_values(func: ir.Operation) -> Iterator[ShardedValue]:
     """The arguments then the results of `func`, named the way JAX names them."""
     function_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)

@@ -168,6 +168,10 @@ def _read_module(text: str, filename: str | None, single_device: bool = False) -
                      if ir.StringAttr(f.attributes["sym_name"]).value == "main"), None)
         if main is None or not main.regions[0].blocks:
             raise RuntimeCompileError("the module has no function @main to run", filename)
+        if ms.is_private(main) and ms.is_entry(main):
+            # The entry of a module whose functions are all private: XLA's
+            # import looks for a public @main.
+            del main.attributes["sym_visibility"]
         arguments, results, donates = [], [], False
         for value in ms.function_values(main):
             info = _tensor_info(value, filename)

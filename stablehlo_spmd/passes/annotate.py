@@ -34,7 +34,7 @@ from stablehlo_spmd.errors import MeshError, PipelineError, ShardingError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, OPEN_DIMS, PRIORITIES, ShardedValue, checked_mesh, function_values, functions,
-    import_shardy, is_private, set_attrs, sharding_attr, write_mesh)
+    import_shardy, is_entry, set_attrs, sharding_attr, write_mesh)
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.rules import Rule, RuleSet, load_rules
 from stablehlo_spmd.sharding import Sharding
@@ -66,7 +66,7 @@ class AnnotatePass(ModulePass):
             return
         used_rules, updates = set(), []
         for func in functions(module):
-            if is_private(func):
+            if not is_entry(func):
                 continue
             for value in function_values(func):
                 rule = rule_set.match(_match_name(value))

@@ -19,9 +19,8 @@ from jaxlib.mlir import ir
 
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.errors import ShardingError
-from stablehlo_spmd.module_shardings import checked_mesh, functions
+from stablehlo_spmd.module_shardings import checked_mesh, functions, is_entry
 from stablehlo_spmd.partitioning import Partitioner
-from stablehlo_spmd.partitioning.partitioner import is_private
 from stablehlo_spmd.partitioning.windowed import fold_slices_of_pads
 from stablehlo_spmd.passes import ModulePass, register_pass
 
@@ -44,7 +43,7 @@ class PartitionPass(ModulePass):
             diagnostics.error(module.location, "spmd-partition needs a propagated module "
                               "(run spmd-annotate and spmd-propagate first)")
             return
-        public = [f for f in functions(module) if not is_private(f)]
+        public = [f for f in functions(module) if is_entry(f)]
         if len(public) != 1:
             diagnostics.error(module.location, "spmd-partition expects one public function, "
                               f"found {len(public)}")

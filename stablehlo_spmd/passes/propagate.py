@@ -44,7 +44,7 @@ from stablehlo_spmd.mesh import Mesh, parse_sub_axis, split_axes
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue, checked_mesh,
     export_propagation_controls, function_values, functions, import_shardy, is_manual_boundary,
-    is_private, is_sharding_constraint, read_hlo, read_open_dims, read_priorities,
+    is_entry, is_sharding_constraint, read_hlo, read_open_dims, read_priorities,
     set_attrs, sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.passes import ModulePass, register_pass
@@ -454,7 +454,7 @@ class ModuleGraph:
         for value, index, annotated in self.result_slots:
             # Only an entry point's boundary is what a user passes and gets
             # back; a private callee's is internal (XLA inlines it).
-            entry = not is_private(value.owner)
+            entry = is_entry(value.owner)
             if not annotated or index in self.refined:
                 sharding = self._solved(index).reduced()
                 if entry:

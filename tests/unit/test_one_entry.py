@@ -6,7 +6,7 @@ pass that writes shardings, not once per question a pass asks.
 Each module below is a pattern that once made ``ss.partition`` refuse what
 the CLI partitioned: device orders of their own beside the mesh's, several
 orders in one module, and sub-axes of one axis that cut it at different
-points.  Each goes through both, and both results are run against one
+points; and a module whose @main is private, which both refused.  Each goes through both, and both results are run against one
 device.
 """
 
@@ -59,13 +59,17 @@ func.func @main(%arg0: tensor<2x6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a
 }
 """
 
+# A module whose every function is private, as a converter may leave it: its
+# @main is the entry all the same (XLA's entry computation).
+PRIVATE_MAIN = TWO_ORDERS.replace("func.func @main", "func.func private @main")
+
 CASES = {"two device orders": TWO_ORDERS, "three device orders": THREE_ORDERS,
-         "sub-axes cut apart": SUB_AXES_CUT_APART}
+         "sub-axes cut apart": SUB_AXES_CUT_APART, "private @main": PRIVATE_MAIN}
 
 
 def _inputs(text: str) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
-    shapes = {TWO_ORDERS: [(8,)], THREE_ORDERS: [(8, 6), (6, 4)],
+    shapes = {TWO_ORDERS: [(8,)], PRIVATE_MAIN: [(8,)], THREE_ORDERS: [(8, 6), (6, 4)],
               SUB_AXES_CUT_APART: [(2, 6)]}[text]
     # Small integers: a partitioned dot sums the same terms exactly.
     return [rng.integers(-3, 4, size=s).astype(np.float32) for s in shapes]
