@@ -154,11 +154,23 @@ def _outline(p: Partitioner, callee: ir.Operation, name: str, arguments, results
 @strategy("stablehlo.dynamic_slice")
 def emit_dynamic_slice(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     """Slice locally: a dim the slice takes whole keeps its axes (its slice
-    size becomes the shard's size, its start index is clamped to 0 as it is
+    size becomes the shard's size, its start is 0, as the op clamps it
     globally); a dim sliced at a run-time offset is read whole (its factor
-    needs replication), as the offset can fall on any device."""
+    needs replication), as the offset can fall on any device.
+
+    The offsets are clamped here, as the op would clamp them: a consumer may
+    cut this device's part out of the slice with a dynamic_slice of its own,
+    and XLA folds two dynamic slices into one by adding their offsets, which
+    is only the same slice while the first offset is in range (XLA's CPU
+    compiler returned x[7] for x[clamp(7, 0, 6):][0:1] of an 8-element x)."""
+    local, *starts = operands
     result_type = local_type(op.results[0].type, plan.produced[0])
-    return [hlo.DynamicSliceOp(operands[0], operands[1:], list(result_type.shape)).result]
+    sizes = list(result_type.shape)
+    for dim, (start, whole, size) in enumerate(zip(starts, local.type.shape, sizes)):
+        index_type = ir.RankedTensorType(start.type)
+        starts[dim] = zeros(index_type) if size == whole else hlo.ClampOp(
+            zeros(index_type), start, int_constant(whole - size, index_type)).result
+    return [hlo.DynamicSliceOp(local, starts, sizes).result]
 
 
 @strategy("stablehlo.dynamic_update_slice")

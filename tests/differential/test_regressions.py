@@ -157,3 +157,21 @@ module {
   }
 }
 """, Mesh.from_string("x=2,y=2"))
+
+
+def test_dynamic_slice_past_the_end_cut_again_per_device():
+    # Shardy's registry case, propagated back from the result: the slice of
+    # size 2 at start 7 of 8 (clamped to 6) is split on "y", so each device
+    # cuts its element out of the local slice with a dynamic_slice of its
+    # own.  XLA folds the two slices by adding their offsets (7 + 0), which
+    # is only right once the first is clamped: half the result was wrong.
+    check("""
+sdy.mesh @mesh = <["x"=2, "y"=2]>
+func.func @main(%arg0: tensor<32x4x8xf32>, %arg1: tensor<i32>, %arg2: tensor<i32>, %arg3: tensor<i32>)
+    -> (tensor<32x1x2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}, {"y"}]>}) {
+  %c = stablehlo.constant dense<7> : tensor<i32>
+  %0 = stablehlo.add %arg3, %c : tensor<i32>
+  %1 = stablehlo.dynamic_slice %arg0, %arg1, %arg2, %0, sizes = [32, 1, 2] : (tensor<32x4x8xf32>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<32x1x2xf32>
+  return %1 : tensor<32x1x2xf32>
+}
+""", Mesh.from_string("x=2,y=2"))

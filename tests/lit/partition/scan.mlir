@@ -9,7 +9,8 @@
 //
 // Only the layer dim is indexed at a run-time offset; the dims the slices
 // take whole keep their axes.  So every device slices layer %i out of its
-// own 3x4 shard of the stack (sizes [1, 4]), adds it to its 2x4 block of the
+// own 3x4 shard of the stack (sizes [1, 4], at the counter clamped into
+// range as the op clamps it), adds it to its 2x4 block of the
 // carry, and writes that block into its 3x2x4 shard of the outputs: no
 // collective, and the stack is never gathered.
 
@@ -20,7 +21,8 @@
 // CHECK-SAME: : tensor<3x4xf32>, tensor<i32>, tensor<2x4xf32>, tensor<3x2x4xf32>
 // CHECK: } do {
 // CHECK-NEXT: %[[ZERO:.*]] = stablehlo.constant dense<0> : tensor<i32>
-// CHECK-NEXT: %[[L:.*]] = stablehlo.dynamic_slice %[[S]], %[[I]], %[[ZERO]], sizes = [1, 4] : (tensor<3x4xf32>, tensor<i32>, tensor<i32>) -> tensor<1x4xf32>
+// CHECK: %[[AT:.*]] = stablehlo.clamp %{{.*}}, %[[I]], %{{.*}} : tensor<i32>
+// CHECK: %[[L:.*]] = stablehlo.dynamic_slice %[[S]], %[[AT]], %{{.*}}, sizes = [1, 4] : (tensor<3x4xf32>, tensor<i32>, tensor<i32>) -> tensor<1x4xf32>
 // CHECK-NEXT: %[[LB:.*]] = stablehlo.broadcast_in_dim %[[L]], dims = [0, 1] : (tensor<1x4xf32>) -> tensor<2x4xf32>
 // CHECK-NEXT: %[[SUM:.*]] = stablehlo.add %[[C]], %[[LB]] : tensor<2x4xf32>
 // CHECK-NEXT: %[[T:.*]] = stablehlo.tanh %[[SUM]] : tensor<2x4xf32>
