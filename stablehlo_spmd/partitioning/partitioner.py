@@ -80,7 +80,10 @@ class Partitioner:
         self._result_shardings: dict[tuple, tuple[Sharding, ...]] = {}
         self.rule_plans: dict[tuple, tuple] = {}  # see strategy._cheapest_rule_plan
         self._from_constants: dict[ir.Value, str | None] = {}
-        # (per-device value, layout) -> [(moved value, the block it was moved in)].
+        # (per-device value, layout, global type) -> [(moved value, the block
+        # it was moved in)].  The global type is part of the key: two values
+        # can share a per-device form (x[0:3] split in two is x's own shards
+        # where x has 4 elements) and still differ once made whole.
         self._reshards: dict[tuple, list[tuple[ir.Value, ir.Block]]] = {}
         # value -> [(per-device form, its layout, the block it was made in)]:
         # the forms an op produced before its results were settled to their
@@ -309,7 +312,7 @@ class Partitioner:
             if source is not None and source != target and not shape_of(value):
                 return self.emitter.reshard(local, source, target, ())
             return local
-        key = (local, target)
+        key = (local, target, value.type)
         here = ir.InsertionPoint.current.block
         for earlier, block in self._reshards.get(key, ()):
             if _encloses(block, here):
