@@ -70,9 +70,8 @@ def _resizing_collective(op: ir.Operation):
     """An all-gather, reduce-scatter or all-to-all already in the program
     (a shard_map body's): like `_device_collective`, an identity on every
     dim but the ones it gathers, scatters or splits, which it needs whole on
-    each device.  A variadic one applies the same to each operand and its
-    result alike: the dims that pass through are shared by all of them, as
-    in Shardy (its operands must agree in those sizes)."""
+    each device.  A variadic one shares each dim among all its operands
+    (and among all its results), as in Shardy, whose operands agree in shape."""
     if not op.operands or len(op.operands) != len(op.results):
         return None
     operands = [shape_of(v) for v in op.operands]
@@ -83,18 +82,23 @@ def _resizing_collective(op: ir.Operation):
     if any(len(s) != rank for s in operands + results):
         return None
     resized = {ir.IntegerAttr(op.attributes[name]).value for name in _RESIZED_DIMS[op.name]}
-    kept = [dim for dim in range(rank) if dim not in resized]
-    if any(s[dim] != operands[0][dim] for s in operands + results for dim in kept):
+    if any(s[dim] != operands[0][dim] for s in operands for dim in range(rank)) or any(
+            s[dim] != results[0][dim] for s in results for dim in range(rank)) or any(
+            results[0][dim] != operands[0][dim] for dim in range(rank) if dim not in resized):
         return None
     count = len(op.operands)
     builder = RuleBuilder([rank] * count, [rank] * count)
     for dim in range(rank):
         if dim in resized:
-            for tensor in range(count):
-                only = [None] * count
-                only[tensor] = dim
-                builder.factor(operands[tensor][dim], FactorKind.NEED_REPLICATION, only, [None] * count)
-                builder.factor(results[tensor][dim], FactorKind.NEED_REPLICATION, [None] * count, only)
+            # The operands' dim is one factor, the results' another: nothing
+            # crosses the collective there, but a split spreads among the
+            # operands (and among the results), as Shardy's need-replication
+            # factors shared by all operands propagate; the dim is whole at
+            # the op all the same.
+            builder.factor(operands[0][dim], FactorKind.PERMUTATION, [dim] * count,
+                           [None] * count)
+            builder.factor(results[0][dim], FactorKind.PERMUTATION, [None] * count,
+                           [dim] * count)
         else:
             builder.factor(operands[0][dim], FactorKind.PASS_THROUGH, [dim] * count, [dim] * count)
     return builder.build(UnreducedFlow.NONE, (), keeps_attributes=True)

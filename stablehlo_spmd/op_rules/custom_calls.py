@@ -9,16 +9,18 @@ here).  Each entry says how it compares with Shardy's:
   Shardy: every dim passes through.
 * Linear-algebra calls act on whole matrices: the leading dims are batch
   dims (pass through), the last two are the matrix.  Shardy lets shardings
-  flow through Eigh's matrix dims (and, pointwise, through Cholesky's and
-  the triangular-inverse helpers'), accepting that the call then needs
-  them whole; here those dims are PERMUTATION factors with no window, which
-  propagate the same way while the partitioner gathers them at the call, so
-  the call never runs on a piece of a matrix.  Qr's and the Householder
-  product's matrix dims need replication, as in Shardy.
+  flow through the matrix dims an input shares with a result (Eigh's and
+  Qr's, the Householder product's; pointwise, Cholesky's and the
+  triangular-inverse helpers'), as pass-through or unblocked
+  need-replication factors, accepting that the call then needs them
+  whole; here those dims are PERMUTATION factors with no window, which
+  propagate the same way while the partitioner gathers them at the call,
+  so the call never runs on a piece of a matrix.  A dim of one tensor alone
+  (Qr's taus) needs replication.
 * ``ApproxTopK`` / ``PartialReduce`` keep every dim but the reduced one; the
-  reduced dim is read whole (Shardy's operand factor there propagates no
-  further than the operand, so the results agree), and the result's is
-  made whole.
+  reduced dim, shared by the values and their iota, is read whole (a split
+  there spreads from one to the other, as Shardy's factor does), and the
+  result's k is made whole.
 * ``X64Combine`` is pointwise, except that a random-number state (its use by
   ``rng_bit_generator``) must stay whole, as in Shardy.
 * ``mhlo.topk`` is `indexing.top_k_rule`, and ``TopK`` (XLA's own) too.
@@ -105,8 +107,8 @@ def _eigh(op: ir.Operation) -> OpRule | None:
 
 
 def _qr(op: ir.Operation) -> OpRule | None:
-    """``[..., m, n] -> ([..., m, n], [..., min(m, n)] taus)``: QR needs the
-    whole matrix, and the taus belong to no input dim."""
+    """``[..., m, n] -> ([..., m, n], [..., min(m, n)] taus)``: QR reads
+    whole matrices, and the taus belong to no input dim."""
     if len(op.operands) != 1 or len(op.results) != 2:
         return None
     shape = _matrix_shape(op.operands[0])
@@ -117,8 +119,8 @@ def _qr(op: ir.Operation) -> OpRule | None:
     rank = len(shape)
     builder = RuleBuilder([rank], [rank, rank - 1])
     _batch_factors(builder, shape, [True], [True, True])
-    builder.factor(shape[-2], NEED, [rank - 2], [rank - 2, None])
-    builder.factor(shape[-1], NEED, [rank - 1], [rank - 1, None])
+    builder.factor(shape[-2], MOVE, [rank - 2], [rank - 2, None])
+    builder.factor(shape[-1], MOVE, [rank - 1], [rank - 1, None])
     builder.factor(taus[-1], NEED, [None], [None, rank - 2])
     return builder.build(keeps_attributes=True)
 
@@ -135,8 +137,8 @@ def _householder_product(op: ir.Operation) -> OpRule | None:
     rank = len(shape)
     builder = RuleBuilder([rank, rank - 1], [rank])
     _batch_factors(builder, shape, [True, True], [True])
-    builder.factor(shape[-2], NEED, [rank - 2, None], [rank - 2])
-    builder.factor(shape[-1], NEED, [rank - 1, None], [rank - 1])
+    builder.factor(shape[-2], MOVE, [rank - 2, None], [rank - 2])
+    builder.factor(shape[-1], MOVE, [rank - 1, None], [rank - 1])
     builder.factor(taus[-1], NEED, [None, rank - 2], [None])
     return builder.build(keeps_attributes=True)
 
@@ -158,7 +160,7 @@ def _approx_top_k(op: ir.Operation) -> OpRule | None:
         if size_in == size_out:
             builder.factor(size_in, PASS, [dim, dim, None, None], [dim, dim])
         else:
-            builder.factor(size_in, NEED, [dim, dim, None, None], [None, None])
+            builder.factor(size_in, MOVE, [dim, dim, None, None], [None, None])
             builder.factor(size_out, NEED, [None] * 4, [dim, dim])
     return builder.build(keeps_attributes=True)
 

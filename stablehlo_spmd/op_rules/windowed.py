@@ -172,39 +172,23 @@ def _reverse(op: ir.Operation):
     return builder.build(UnreducedFlow.JOINT, (0,), keeps_attributes=True)
 
 
-def _slice_source(value: ir.Value) -> ir.Value:
-    """The tensor `value` was sliced from, or `value` itself."""
-    owner = producer(value)
-    if owner is not None and owner.name == "stablehlo.slice":
-        return owner.operands[0]
-    return value
-
-
-def _concatenates_slices(op: ir.Operation) -> bool:
-    """Whether the operands are slices put back side by side (see below)."""
-    operands = list(op.operands)
-    if all(producer(v) is not None and producer(v).name == "stablehlo.slice" for v in operands):
-        return True
-    source = _slice_source(operands[0])
-    same_source = all(_slice_source(v) == source for v in operands)
-    return same_source and any(_slice_source(v) != v for v in operands)
-
-
-@register("stablehlo.concatenate", signature=_concatenates_slices)
+@register("stablehlo.concatenate")
 def _concatenate(op: ir.Operation):
     """``([i,j1],[i,j2])->([i,j1+j2])``: every dim but the concatenated one
     is PASS_THROUGH across all operands and the result.
 
-    The concatenated dim is one factor of the result's size, shared by all.
-    As in Shardy it is a PERMUTATION factor when every operand is a slice
-    (of any tensor), or when each operand is one tensor `x` or a slice of
-    it and at least one is a slice.  Those are the patterns of ``jnp.roll``,
-    circular padding and halo building: pieces cut from sharded tensors and
-    put back side by side, which a sharded result gets by shifting data
-    between devices (collective permutes) rather than gathering it.  Other
-    concatenations of unrelated tensors would need each operand moved onto
-    the devices that hold its range of the result, so there it is
-    NEED_REPLICATION, as in Shardy.
+    The concatenated dim is one PERMUTATION factor of the result's size,
+    shared by all.  Where every operand is a slice (of any tensor), or each
+    is one tensor `x` or a slice of it, this is Shardy's rule: pieces cut
+    from sharded tensors and put back side by side (``jnp.roll``, circular
+    padding, halo building), which a sharded result gets by shifting data
+    between devices (collective permutes) rather than gathering it.  For
+    other concatenations Shardy's factor needs replication but still
+    propagates; here it is a PERMUTATION factor as well, so a split flows
+    through alike, and the partitioner moves each operand's pieces to the
+    devices that hold its range of the result (`partitioning.windowed`), or
+    gathers an operand where its pieces would move more: never more than
+    gathering every operand whole, which a result kept whole there needs.
 
     Linear in all operands together.
     """
@@ -214,10 +198,9 @@ def _concatenate(op: ir.Operation):
     result_shape = shapes[-1]
     axis = ir.IntegerAttr(op.attributes["dimension"]).value
     operands = list(op.operands)
-    axis_kind = PERM if _concatenates_slices(op) else NEED
     builder = RuleBuilder(ranks(operands), [len(result_shape)])
     for dim, size in enumerate(result_shape):
-        builder.factor(size, axis_kind if dim == axis else PASS,
+        builder.factor(size, PERM if dim == axis else PASS,
                        [dim] * len(operands), [dim])
     return builder.build(UnreducedFlow.JOINT, range(len(operands)), keeps_attributes=True)
 

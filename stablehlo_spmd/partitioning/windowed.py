@@ -578,9 +578,9 @@ def _concatenate_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
                      live=_ceil(total, s_out))
                 for i, (start, size) in enumerate(zip(starts, sizes))]
 
-    # Shardy calls the axis of a concatenation of unrelated tensors
-    # NEED_REPLICATION (propagation does not shard through it); once a
-    # result is sharded there anyway, windows serve it as well as slices.
+    # The concatenated dim is a PERMUTATION factor whatever the operands
+    # (op_rules.windowed); a NEED_REPLICATION one (a rule that needs it
+    # whole) is served by windows as well once a result is sharded there.
     plan = _setup(p, op, halos, windowed_kinds=(FactorKind.PERMUTATION,
                                                  FactorKind.NEED_REPLICATION))
     if plan is None or not plan.produced[0].dim_axes[axis]:

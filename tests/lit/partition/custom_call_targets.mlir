@@ -23,11 +23,12 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
 
 // -----
 
-// Qr needs its matrices whole (as in Shardy): the split row dim is
-// gathered, and neither result is split there.
+// Qr reads whole matrices: the split row dim propagates to the first
+// result (as Shardy's factor does) but is gathered for the call; the taus
+// are split on the batch alone.
 
 // CHECK-LABEL: func.func public @main
-// CHECK: out_shardings=[<@mesh, [{"x"}, {}, {}]>, <@mesh, [{"x"}, {}]>]
+// CHECK: out_shardings=[<@mesh, [{"x"}, {"y"}, {}]>, <@mesh, [{"x"}, {}]>]
 // CHECK-SAME: (%[[A:arg[0-9]+]]: tensor<4x3x4xf32>) {
 // CHECK: %[[W:.*]] = "stablehlo.all_gather"(%[[A]]) <{all_gather_dim = 1
 // CHECK-NEXT: stablehlo.custom_call @Qr(%[[W]]) : (tensor<4x6x4xf32>) -> (tensor<4x6x4xf32>, tensor<4x4xf32>)
@@ -41,13 +42,15 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
 
 // -----
 
-// ApproxTopK reads its reduced dim whole; the rows stay split, and the
-// iota operand takes the rows' split from the values.
+// ApproxTopK reads its reduced dim whole; the rows stay split.  The iota
+// operand shares both dims with the values, so it takes their split (as in
+// Shardy) and is gathered along the reduced dim with them.
 
 // CHECK-LABEL: func.func public @main
-// CHECK: (%[[A:arg[0-9]+]]: tensor<8x4xf32>, %[[I:arg[0-9]+]]: tensor<8x8xf32>) {
+// CHECK: (%[[A:arg[0-9]+]]: tensor<8x4xf32>, %[[I:arg[0-9]+]]: tensor<8x4xf32>) {
 // CHECK: %[[W:.*]] = "stablehlo.all_gather"(%[[A]]) <{all_gather_dim = 1
-// CHECK-NEXT: stablehlo.custom_call @ApproxTopK(%[[W]], %[[I]],
+// CHECK-NEXT: %[[WI:.*]] = "stablehlo.all_gather"(%[[I]]) <{all_gather_dim = 1
+// CHECK-NEXT: stablehlo.custom_call @ApproxTopK(%[[W]], %[[WI]],
 // CHECK-SAME: (tensor<8x8xf32>, tensor<8x8xf32>, tensor<f32>, tensor<i32>) -> (tensor<8x2xf32>, tensor<8x2xf32>)
 module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
   func.func @approx(%a: tensor<16x8xf32> {mhlo.sharding = "{devices=[2,2]<=[4]}"}, %i: tensor<16x8xf32>)

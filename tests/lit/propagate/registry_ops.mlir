@@ -1,11 +1,12 @@
 // RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate | FileCheck %s
 
-// A variadic all_gather already in the program: the dim it does not gather
-// passes through to both results (and from the first operand to the
-// second), the gathered dim stays whole.
+// A variadic all_gather already in the program: every dim is shared by both
+// operands, so the second takes the first's split whole; the dim it does
+// not gather passes through to both results, the gathered dim stays whole
+// in them.
 
 // CHECK-LABEL: func.func @variadic_all_gather
-// CHECK-SAME: %arg1: tensor<2x2xi64> {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+// CHECK-SAME: %arg1: tensor<2x2xi64> {mhlo.sharding = "{devices=[2,2]<=[4]}"}
 // CHECK: stablehlo.all_gather
 // CHECK-SAME: mhlo.sharding = "{{[{][{]}}devices=[2,1,2]<=[4] last_tile_dim_replicate}, {devices=[2,1,2]<=[4] last_tile_dim_replicate}}"
 module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {

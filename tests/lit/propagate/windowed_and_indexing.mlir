@@ -33,11 +33,13 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
 
 // -----
 
-// concatenate of two unrelated tensors along a sharded dim: that dim must be
-// whole in the result; the other dim passes through.
+// concatenate of two unrelated tensors along a sharded dim: the split flows
+// through to the result (as Shardy's need-replication factor propagates),
+// each result shard then being one operand's pieces; the other dim passes
+// through.
 
 // CHECK-LABEL: func.func @concat
-// CHECK: stablehlo.concatenate %arg0, %arg1, dim = 1 {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+// CHECK: stablehlo.concatenate %arg0, %arg1, dim = 1 {mhlo.sharding = "{devices=[2,2]<=[4]}"}
 module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
   func.func @concat(%a: tensor<8x4xf32> {mhlo.sharding = "{devices=[2,2]<=[4]}"},
                     %b: tensor<8x4xf32> {mhlo.sharding = "{devices=[2,2]<=[4]}"}) -> tensor<8x8xf32> {
