@@ -35,6 +35,7 @@ from stablehlo_spmd.op_rules.windowed import (
     is_zero_scalar, producer, static_shape, static_shapes)
 
 PASS, NEED, REDUCE = FactorKind.PASS_THROUGH, FactorKind.NEED_REPLICATION, FactorKind.REDUCTION
+MOVE = FactorKind.PERMUTATION
 
 
 def _walk(input_shape, slices_shape, indices_rank, index_vector_dim, offset_dims,
@@ -52,8 +53,12 @@ def _walk(input_shape, slices_shape, indices_rank, index_vector_dim, offset_dims
             if input_size == slices_size:
                 add(input_size, PASS, input_dim, None, slices_dim)
             elif is_scatter:
-                # Updates land at data-dependent offsets: both sides whole.
-                add(input_size, NEED, input_dim, None, None)
+                # Updates land at data-dependent offsets: the input dim is
+                # whole at the op, and so is the update's.  The input's is
+                # one factor with the result's: a split there flows from
+                # input to result (as Shardy's need-replication factor
+                # does), the partitioner gathering it for the scatter.
+                add(input_size, MOVE, input_dim, None, None)
                 add(slices_size, NEED, None, None, slices_dim)
             elif slices_size == 1:
                 # A one-element window is a collapsed dim that kept its place:
@@ -263,7 +268,8 @@ def _scatter(op: ir.Operation):
 
     Results have the inputs' factors.  An update window dim covering its
     input dim is PASS_THROUGH of input, update and result; one that covers
-    part of it is a NEED_REPLICATION factor of input and result and another
+    part of it is a PERMUTATION factor of input and result (whole at the
+    op, but a split flows through, as in Shardy) and a NEED_REPLICATION one
     of the update.  An inserted window dim is PASS_THROUGH of input and
     result: each device applies the updates that land in its shard.  An
     update scatter dim that is not an explicit batching dim lives only in

@@ -175,3 +175,25 @@ func.func @main(%arg0: tensor<32x4x8xf32>, %arg1: tensor<i32>, %arg2: tensor<i32
   return %1 : tensor<32x1x2xf32>
 }
 """, Mesh.from_string("x=2,y=2"))
+
+
+def test_scatter_with_a_partial_window_over_a_split_input_dim():
+    # Updates of 2 rows land at run-time rows of an input whose row dim is
+    # split on "y": the split now flows to the result, and the partitioner
+    # reads the rows whole for the scatter, then keeps its own.
+    check("""
+module {
+  func.func public @main(%arg0: tensor<4x6x2xf32> {mhlo.sharding = "{devices=[2,2,1]<=[4]}"}, %arg1: tensor<3x1xi32>, %arg2: tensor<3x4x2x2xf32>) -> tensor<4x6x2xf32> {
+    %c = stablehlo.constant dense<2> : tensor<3x1xi32>
+    %0 = stablehlo.remainder %arg1, %c : tensor<3x1xi32>
+    %1 = stablehlo.abs %0 : tensor<3x1xi32>
+    %2 = "stablehlo.scatter"(%arg0, %1, %arg2) ({
+      ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+        %s = stablehlo.add %a, %b : tensor<f32>
+        stablehlo.return %s : tensor<f32>
+    }) {scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1, 2, 3], scatter_dims_to_operand_dims = [1], index_vector_dim = 1>,
+        indices_are_sorted = false, unique_indices = false} : (tensor<4x6x2xf32>, tensor<3x1xi32>, tensor<3x4x2x2xf32>) -> tensor<4x6x2xf32>
+    return %2 : tensor<4x6x2xf32>
+  }
+}
+""", Mesh.from_string("x=2,y=2"))

@@ -4,7 +4,7 @@ top_k), against structures written by hand (see factor_rules)."""
 import jax.numpy as jnp
 from jax import lax
 
-from .factor_rules import JOINT, N, NONE, P, R, expect, lowered, rule_of, rules_of
+from .factor_rules import JOINT, M, N, NONE, P, R, expect, lowered, rule_of, rules_of
 
 
 def test_gather_take_rows():
@@ -116,8 +116,9 @@ def test_scatter_partial_window_and_explicit_batching():
         return %0 : tensor<4x10x6xf32>
       }""", "stablehlo.scatter")
     # Dim 0 is a batching dim of input, indices and updates.  Update window
-    # dim 2 covers 2 of input dim 1's 10 rows: both whole, apart.
-    expect(rule, {"b": (4, P), "t": (3, R), "s": (10, N), "w": (2, N), "c": (6, P),
+    # dim 2 covers 2 of input dim 1's 10 rows: both whole at the op, apart;
+    # the input's split flows to the result (a PERMUTATION factor).
+    expect(rule, {"b": (4, P), "t": (3, R), "s": (10, M), "w": (2, N), "c": (6, P),
                   "v": (1, N)},
            ["bsc", "btv", "btwc"], ["bsc"], NONE, (), "max")
 
