@@ -46,7 +46,7 @@ def _barrier(op: ir.Operation):
 
 
 @register("stablehlo.all_reduce", "stablehlo.collective_permute",
-          "stablehlo.collective_broadcast")
+          "stablehlo.collective_broadcast", "stablehlo.cross-replica-sum")
 def _device_collective(op: ir.Operation):
     """A collective already in the program combines each element with the
     same element on other devices.  Across replicas (no channel) it never

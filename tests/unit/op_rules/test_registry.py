@@ -171,3 +171,40 @@ def test_which_rules_keep_their_attributes_per_device():
     assert rule(conv(1), image, jnp.zeros((3, 3, 4, 4)), name="stablehlo.convolution").keeps_attributes
     assert not rule(conv(4), image, jnp.zeros((3, 3, 1, 4)),
                     name="stablehlo.convolution").keeps_attributes
+
+
+# Every StableHLO op Shardy's op_sharding_rule_registry.cc gives a rule to
+# (openxla/shardy, 2026-11), by its StableHLO name.  Ops Shardy deliberately
+# leaves without one (constants, tokens, while/case, send/recv) are not here.
+SHARDY_REGISTERED_OPS = """
+abs add all_gather all_reduce all_to_all and atan2 batch_norm_inference bitcast_convert
+broadcast_in_dim cbrt ceil cholesky clamp collective_broadcast collective_permute compare
+complex concatenate convert convolution cosine count_leading_zeros cross-replica-sum
+custom_call divide dot dot_general dynamic_slice dynamic_update_slice exponential
+exponential_minus_one fft floor gather imag is_finite log log_plus_one logistic maximum
+minimum multiply negate not or pad popcnt power real reduce reduce_precision reduce_scatter
+reduce_window remainder reshape reverse rng_bit_generator round_nearest_afz
+round_nearest_even rsqrt scatter select select_and_scatter shift_left
+shift_right_arithmetic shift_right_logical sign sine slice sort sqrt subtract tan tanh
+transpose triangular_solve xor
+""".split()
+
+# Every custom-call target Shardy's registry gives a rule to.
+SHARDY_REGISTERED_TARGETS = """
+annotate_device_placement ApproxTopK Cholesky CompactWyHelper Eigh InspectSharding
+InvertDiagBlocksLowerTriangular InvertDiagBlocksUpperTriangular LayoutConstraint mhlo.erf
+mhlo.topk MoveToDevice MoveToHost PartialReduce ProductOfElementaryHouseholderReflectors Qr
+QrDecompositionBlock X64Combine X64SplitHigh X64SplitLow xla.megascale.provide_metadata
+_SPMDInternalOp_MultiPad _SPMDInternalOp_MultiRotate _SPMDInternalOp_MultiSlice
+_SPMDInternalOp_RotateRight _SPMDInternalOp_Wrap
+""".split()
+
+
+@pytest.mark.parametrize("name", SHARDY_REGISTERED_OPS)
+def test_every_op_shardy_registers_has_a_rule(name):
+    assert op_rules.has_rule(f"stablehlo.{name}")
+
+
+def test_every_custom_call_target_shardy_registers_has_a_rule():
+    from stablehlo_spmd.op_rules.custom_calls import TARGET_RULES
+    assert sorted(set(SHARDY_REGISTERED_TARGETS) - set(TARGET_RULES)) == []
