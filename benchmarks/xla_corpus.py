@@ -2,6 +2,7 @@
 
     python3 benchmarks/xla_corpus.py PATH/spmd_partitioner_test.cc      # writes the report
     python3 benchmarks/xla_corpus.py PATH/spmd_partitioner_test.cc --only Dot --jobs 1 -v
+    python3 benchmarks/xla_corpus.py PATH/spmd_partitioner_test.cc --entry api
 
 The corpus is xla/service/spmd/spmd_partitioner_test.cc of openxla/xla, read
 from wherever it was fetched (it is not part of this repository).  For each
@@ -18,8 +19,9 @@ HLO module in it:
    XLA's sharding constraint (``custom_call @Sharding``); one without is
    the identity and is dropped.  The module gets ``mhlo.num_partitions``.
 3. Ours: ``ss.run_passes(text, "spmd-propagate,spmd-partition,canonicalize,cse")``
-   (the mesh inferred from the module's shardings), then
-   `stablehlo_spmd.runtime.compile`.
+   (the CLI's pipeline; with ``--entry api``, ``ss.partition(text)``, the
+   Python API's one call), the mesh inferred from the module's shardings,
+   then `stablehlo_spmd.runtime.compile`.
 4. XLA: the same converted module compiled by the PJRT client with
    ``num_partitions`` set, so XLA's GSPMD partitioner partitions it.
 5. Numerics: ours on random inputs (floats normal; integers in [0, 8), or
@@ -305,10 +307,22 @@ def _bytes_by_instruction(found) -> dict[str, float]:
 _PHASE_STATUS = {"convert": "unconvertible", "xla": "xla-fail", "ours": "crash", "run": "crash"}
 
 
-def run_module(module: CorpusModule, phase=lambda name, measured: None, seed: int = 0) -> dict:
+# How a module is partitioned: the CLI's pipeline (stablehlo-spmd-opt
+# --spmd-propagate --spmd-partition --canonicalize --cse), or the Python API's
+# one call (ss.partition, which annotates with no rules first).  Both must
+# accept, refuse and compute the same.
+ENTRIES = {
+    "cli": lambda ss, text: ss.run_passes(text, "spmd-propagate,spmd-partition,canonicalize,cse"),
+    "api": lambda ss, text: ss.partition(text),
+}
+
+
+def run_module(module: CorpusModule, phase=lambda name, measured: None, seed: int = 0,
+               entry: str = "cli") -> dict:
     """Everything measured on one module, as a plain dict (it crosses a process boundary).
 
-    `phase` is told each phase of `_PHASE_STATUS` as it starts, with what is measured so far.
+    `phase` is told each phase of `_PHASE_STATUS` as it starts, with what is measured so far;
+    `entry` names the way in (`ENTRIES`).
     """
     import warnings
 
@@ -335,7 +349,7 @@ def run_module(module: CorpusModule, phase=lambda name, measured: None, seed: in
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            partitioned = ss.run_passes(text, "spmd-propagate,spmd-partition,canonicalize,cse")
+            partitioned = ENTRIES[entry](ss, text)
             executable = runtime.compile(partitioned)
         compiled = collectives(executable.compiled_text(), module.devices)
         emitted = emitted_collectives(partitioned, module.devices)
@@ -405,7 +419,7 @@ def _one_line(error: BaseException) -> str:
     return text[:300]
 
 
-def _worker(connection, quiet: bool) -> None:
+def _worker(connection, quiet: bool, entry: str) -> None:
     """Run modules sent over `connection` until it closes; one result dict per module."""
     if quiet:   # XLA's fatal checks print their stack on stderr; the status says enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
@@ -418,7 +432,8 @@ def _worker(connection, quiet: bool) -> None:
         while True:
             module = connection.recv()
             connection.send(run_module(
-                module, lambda name, measured: connection.send(("phase", name, measured))))
+                module, lambda name, measured: connection.send(("phase", name, measured)),
+                entry=entry))
     except (EOFError, BrokenPipeError):
         return                       # the run is over (or gave up on this worker)
 
@@ -435,9 +450,9 @@ def _host_devices() -> None:
 
 
 class _Worker:
-    def __init__(self, context, quiet: bool):
+    def __init__(self, context, quiet: bool, entry: str):
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_worker, args=(child, quiet), daemon=True)
+        self.process = context.Process(target=_worker, args=(child, quiet, entry), daemon=True)
         self.process.start()
         child.close()
         self.module: CorpusModule | None = None
@@ -456,12 +471,13 @@ class _Worker:
         self.connection.close()
 
 
-def run_all(modules: list[CorpusModule], jobs: int, timeout: float, verbose: bool) -> list[dict]:
+def run_all(modules: list[CorpusModule], jobs: int, timeout: float, verbose: bool,
+            entry: str = "cli") -> list[dict]:
     """Each module in a worker process; a worker that dies or overruns is replaced."""
     context = multiprocessing.get_context("spawn")
     pending = list(reversed(modules))
     results: dict[str, dict] = {}
-    workers = [_Worker(context, not verbose) for _ in range(min(jobs, len(modules)))]
+    workers = [_Worker(context, not verbose, entry) for _ in range(min(jobs, len(modules)))]
 
     def finish(worker, result):
         results[result["name"]] = result
@@ -507,7 +523,7 @@ def run_all(modules: list[CorpusModule], jobs: int, timeout: float, verbose: boo
                                 "devices": worker.module.devices, "status": status,
                                 "detail": f"{worker.phase or 'start'} phase {reason}"})
             worker.stop()
-            workers[index] = _Worker(context, not verbose) if pending else None
+            workers[index] = _Worker(context, not verbose, entry) if pending else None
         workers = [w for w in workers if w is not None]
     for worker in workers:
         worker.connection.close()
@@ -752,6 +768,10 @@ def main() -> None:
                         help="seconds one module may take (default 60)")
     parser.add_argument("--report", default=str(REPORT),
                         help=f"markdown report (default {REPORT.relative_to(ROOT)})")
+    parser.add_argument("--entry", choices=sorted(ENTRIES), default="cli",
+                        help="partition through the CLI's pipeline (default) or the Python "
+                             "API's ss.partition; the report of the API run is "
+                             "xla_corpus_api.md")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print each module's line as it finishes, and what the workers "
                              "print on stderr (XLA's logs)")
@@ -770,7 +790,7 @@ def main() -> None:
     if options.only:
         kept = [m for m in kept if re.search(options.only, m.name)]
     start = time.monotonic()
-    results = run_all(kept, options.jobs, options.timeout, options.verbose)
+    results = run_all(kept, options.jobs, options.timeout, options.verbose, options.entry)
     elapsed = time.monotonic() - start
     if not options.verbose:
         for result in results:
@@ -783,6 +803,10 @@ def main() -> None:
     if not options.only:
         command = "python3 benchmarks/xla_corpus.py spmd_partitioner_test.cc"
         report = pathlib.Path(options.report)
+        if options.entry != "cli":
+            command += f" --entry {options.entry}"
+            if options.report == str(REPORT):
+                report = REPORT.with_name(f"{REPORT.stem}_{options.entry}{REPORT.suffix}")
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(markdown(results, summary, command, _describe_source(options.source),
                                    revision(ROOT)))
