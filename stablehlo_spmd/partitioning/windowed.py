@@ -360,6 +360,10 @@ def _strided_halo(p: Partitioner, operand: int, dim: int, dim_axes: tuple, size:
         keep = tuple(low - b for b in before)
         needed = tuple(last - first + 1 for first, last in zip(firsts, lasts))
         length = max(needed[:live])
+        if length <= 0:
+            # No device's windows touch an element (all of them fall in
+            # the holes): as for a window past the input below.
+            return _gathered(operand, dim)
         windows = s_out + max(keep)
         return Halo(operand, dim, 0, length, 0,
                     (low, windows + extent - 2 - low - (length - 1) * dilation), live,
