@@ -35,19 +35,30 @@ LONG = os.environ.get("STABLEHLO_SPMD_LONG", "") not in ("", "0")
 EXAMPLES = int(os.environ.get("STABLEHLO_SPMD_DIFF_EXAMPLES") or (2000 if LONG else 200))
 
 
-def check_program(program: Program) -> None:
-    """Partition, run, and compare with the single-device run."""
+def check_program(program: Program, compare=None) -> None:
+    """Partition, run, and compare with the single-device run (`compare`,
+    `assert_same` by default).  A program that declares a Shardy mesh is
+    partitioned on that mesh, as a user calling ``ss.partition(text)`` on it
+    would; any other with the program's mesh and rules."""
+    compare = compare or assert_same
     with make_context() as context:  # a generator mistake must not look like a partitioner bug
         parse_module(program.text, "<generated>", context)
     inputs = program.inputs()
     want = ss.run_single_device(program.text, inputs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ss.SpmdWarning)  # e.g. "gathers the whole dimension"
-        partitioned = ss.partition(program.text, program.mesh, program.rules)
+        if declares_shardy_mesh(program.text):
+            partitioned = ss.partition(program.text)
+        else:
+            partitioned = ss.partition(program.text, program.mesh, program.rules)
     got = ss.run(partitioned, inputs)
     assert len(got) == len(want)
     for index, (g, w) in enumerate(zip(got, want)):
-        assert_same(np.asarray(g), np.asarray(w), f"result #{index}")
+        compare(np.asarray(g), np.asarray(w), f"result #{index}")
+
+
+def declares_shardy_mesh(text: str) -> bool:
+    return "sdy.mesh @" in text
 
 
 def assert_same(got: np.ndarray, want: np.ndarray, what: str) -> None:
