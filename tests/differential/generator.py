@@ -651,11 +651,11 @@ def programs(draw, max_ops: int = 10) -> Program:
               and not re.search(re.escape(v.name) + r"(?![0-9])", uses)]
     results = (unused[::-1] or [b.pool[-1]])[:3]
     result_shardings = [draw(st.one_of(st.none(), shardings(mesh, v.rank))) for v in results]
-    return _assemble(b, results, result_shardings, annotate_in_text, draw(st.booleans()),
+    return assemble(b, results, result_shardings, annotate_in_text, draw(st.booleans()),
                      draw(st.integers(0, 2**32 - 1)))
 
 
-def _assemble(b: Builder, results, result_shardings, annotate_in_text: bool, declare_mesh: bool,
+def assemble(b: Builder, results, result_shardings, annotate_in_text: bool, declare_mesh: bool,
               seed: int) -> Program:
     rules = []
 

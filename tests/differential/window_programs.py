@@ -59,7 +59,7 @@ import re
 
 from hypothesis import strategies as st
 
-from generator import Argument, Builder, Program, Value, _assemble, shardings, tensor_type
+from generator import Argument, Builder, Program, Value, assemble, shardings, tensor_type
 from stablehlo_spmd.mesh import Mesh, split_axes
 from stablehlo_spmd.module_shardings import mesh_attr_text, sdy_sharding_text
 from stablehlo_spmd.sharding import Sharding
@@ -421,7 +421,7 @@ def window_programs(draw, max_ops: int = 6) -> Program:
     seed = draw(st.integers(0, 2**32 - 1))
     if spelling == "sdy":
         return _assemble_shardy(b, mesh, results, result_shardings, seed)
-    return _assemble(b, results, result_shardings, spelling == "mhlo-text",
+    return assemble(b, results, result_shardings, spelling == "mhlo-text",
                      draw(st.booleans()), seed)
 
 
