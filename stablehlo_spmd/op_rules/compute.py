@@ -106,7 +106,10 @@ def _reduce(op: ir.Operation):
     """``([i,j,k],[])->([i,k])``, j reduced.  Variadic: every input alike.
 
     A reduce whose body is not one add/max/min (argmax's variadic reduce, say)
-    cannot leave partial results, so its reduced dims must stay whole.  A
+    cannot leave partial results, so its reduced dims are read whole (or
+    reduced per shard and again, `partitioning.reduction`): PERMUTATION
+    factors of the inputs alone, so a split spreads from one input to the
+    others, as Shardy's reduction factor shared by all inputs does.  A
     reduce-sum with a zero init is linear in its input, so a partial input
     gives a partial result.
     """
@@ -119,7 +122,7 @@ def _reduce(op: ir.Operation):
     result_dim = 0
     for dim, size in enumerate(shape):
         if dim in reduced:
-            factor_kind = FactorKind.REDUCTION if kind else FactorKind.NEED_REPLICATION
+            factor_kind = FactorKind.REDUCTION if kind else FactorKind.PERMUTATION
             builder.factor(size, factor_kind, [dim] * count, [None] * count)
         else:
             builder.factor(size, FactorKind.PASS_THROUGH, [dim] * count, [result_dim] * count)

@@ -3,8 +3,9 @@
 A reduce whose body is one add, max or min leaves partial results over a
 split reduced dim (its rule's REDUCTION factor), combined where propagation
 puts the sum.  Any other body (argmax's variadic compare-and-select, say)
-cannot: its rule keeps the reduced dims whole (NEED_REPLICATION), and the
-rule-driven plan gathers the operands along them.  Where the operands come
+cannot: its rule keeps the reduced dims whole at the op (PERMUTATION
+factors of the inputs alone), and the rule-driven plan gathers the operands
+along them.  Where the operands come
 split along a reduced dim, XLA's partitioner instead reduces each device's
 shard, all-gathers the per-device results along a new leading dim and
 reduces those with the same body.  A reduce's init is its body's identity,
@@ -26,6 +27,10 @@ from stablehlo_spmd.partitioning.strategy import (
     plan_reshard_bytes, strategy)
 from stablehlo_spmd.shapes import local_type, shape_of, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
+
+
+# The kinds of a reduced dim that leaves no partial result.
+_READ_WHOLE = (FactorKind.PERMUTATION, FactorKind.NEED_REPLICATION)
 
 
 def _reduce_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
@@ -56,7 +61,7 @@ def _tree_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     count = len(op.results)
     first = p.shardings.get(op.operands[0])
     for factor, dealt in dealt_axes(p, rule, [first], rule.operands[:1]):
-        if rule.factor_kinds[factor] is not FactorKind.NEED_REPLICATION or axes[factor]:
+        if rule.factor_kinds[factor] not in _READ_WHOLE or axes[factor]:
             continue
         kept = tuple(a for a in dealt if a not in used)
         if kept:

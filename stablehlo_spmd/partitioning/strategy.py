@@ -390,23 +390,30 @@ def mask_uneven_reduction(p: "Partitioner", op: ir.Operation, plan: Plan, index:
     operand `index` with the reduction's neutral value (its rule's
     `neutral_operands`; zero when it has none: 0 * NaN would still be NaN),
     so the local op never reads it.  A reduced dim is a REDUCTION factor, or
-    a NEED_REPLICATION one a strategy splits anyway (`partitioning.reduction`
-    reduces each shard of those)."""
+    a NEED_REPLICATION one, or a PERMUTATION one no result has, that a
+    strategy splits anyway (`partitioning.reduction` reduces each shard of
+    those)."""
     rule, axes = plan.rule, plan.axes
     if rule is None or index >= len(rule.operands) or shape_of(local) is None:
         return local
     for dim, factors in enumerate(rule.operands[index]):
         for factor in factors:
             dim_axes, size = axes[factor], rule.factor_sizes[factor]
-            if (rule.factor_kinds[factor] not in (FactorKind.REDUCTION,
-                                                  FactorKind.NEED_REPLICATION) or not dim_axes
-                    or size % p.mesh.axes_size(dim_axes) == 0):
+            if not dim_axes or size % p.mesh.axes_size(dim_axes) == 0 \
+                    or not _reduced(rule, factor):
                 continue
             neutral = None
             if index < len(rule.neutral_operands):
                 neutral = p.local[op.operands[rule.neutral_operands[index]]]
             local = p.emitter.mask_padding(local, dim, dim_axes, size, neutral)
     return local
+
+
+def _reduced(rule, factor: int) -> bool:
+    kind = rule.factor_kinds[factor]
+    if kind is FactorKind.PERMUTATION:
+        return not any(factor in dim for result in rule.results for dim in result)
+    return kind in (FactorKind.REDUCTION, FactorKind.NEED_REPLICATION)
 
 
 # -------------------------------------------------------------- replicated

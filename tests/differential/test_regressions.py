@@ -197,3 +197,28 @@ module {
   }
 }
 """, Mesh.from_string("x=2,y=2"))
+
+
+def test_variadic_reduce_whose_reduced_dim_split_spreads_to_the_other_input():
+    # An argmax-like reduce of (values, indices) with only the values split
+    # along the reduced dim, unevenly (7 over 2): the indices take the same
+    # split, and each device reduces its shard (its padding overwritten
+    # with the init) before the per-device winners are reduced again.
+    check("""
+module {
+  func.func public @main(%arg0: tensor<4x7xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"}) -> (tensor<4xf32>, tensor<4xi32>) {
+    %i = stablehlo.iota dim = 1 : tensor<4x7xi32>
+    %lo = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %z = stablehlo.constant dense<0> : tensor<i32>
+    %r:2 = stablehlo.reduce(%arg0 init: %lo), (%i init: %z) across dimensions = [1] :
+        (tensor<4x7xf32>, tensor<4x7xi32>, tensor<f32>, tensor<i32>) -> (tensor<4xf32>, tensor<4xi32>)
+      reducer(%a: tensor<f32>, %b: tensor<f32>) (%ia: tensor<i32>, %ib: tensor<i32>) {
+        %gt = stablehlo.compare GT, %a, %b : (tensor<f32>, tensor<f32>) -> tensor<i1>
+        %v = stablehlo.select %gt, %a, %b : tensor<i1>, tensor<f32>
+        %j = stablehlo.select %gt, %ia, %ib : tensor<i1>, tensor<i32>
+        stablehlo.return %v, %j : tensor<f32>, tensor<i32>
+      }
+    return %r#0, %r#1 : tensor<4xf32>, tensor<4xi32>
+  }
+}
+""", Mesh.from_string("x=2"))
