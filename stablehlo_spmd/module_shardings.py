@@ -10,11 +10,14 @@ A partitionable module carries:
   ``stablehlo.custom_call @Sharding`` constraints, and on any op whose result
   layout is pinned.
 
-`import_shardy` turns what today's JAX lowers (``sdy.mesh`` ops,
-``#sdy.sharding`` attributes, ``sdy.sharding_constraint`` ops) into that form,
-so both spellings are accepted as input; `mesh_attr_text` and
-`sdy_sharding_text` write Shardy's spelling back out.  `sharding_attr` builds the string
-attribute for a `Sharding` through a value-keyed cache.
+`checked_mesh` is the one place a module's mesh is read and its shardings
+checked, for every pass and API call alike; `is_entry` says which functions
+are entry points.  `import_shardy` turns what today's JAX lowers
+(``sdy.mesh`` ops, ``#sdy.sharding`` attributes, ``sdy.sharding_constraint``
+ops) into that form, so both spellings are accepted as input;
+`mesh_attr_text` and `sdy_sharding_text` write Shardy's spelling back out.
+`sharding_attr` builds the string attribute for a `Sharding` through a
+value-keyed cache.
 
 Shardy's sub-axes (``"x":(2)4``) become axes: the import splits each axis
 that shardings name parts of at the points they name (`mesh.split_axes`),
