@@ -551,14 +551,26 @@ def _check_shardings(module: ir.Operation, mesh: Mesh) -> None:
         hlo = read_hlo(value)
         if hlo is None or hlo.kind in ("tuple", "unknown") or value.rank is None:
             continue
-        value_type = value.type
-        if hlo.kind == "tiled" and not ir.ShapedType(value_type).has_static_shape:
-            raise _located(value, f"{_label(value)} has a dynamic shape ({value_type}); "
-                                  "stablehlo-spmd partitions static shapes only")
+        if hlo.kind == "tiled" and has_dynamic_shape(value):
+            raise dynamic_shape_error(value)
         try:
             Sharding.from_hlo(hlo, mesh, value.rank, any_order=True)
         except ShardingError as error:
             raise _located(value, f"{_label(value)}: {error.message}") from None
+
+
+def has_dynamic_shape(value: ShardedValue) -> bool:
+    value_type = value.type
+    return (isinstance(value_type, ir.ShapedType) and value_type.has_rank
+            and not value_type.has_static_shape)
+
+
+def dynamic_shape_error(value: ShardedValue) -> ShardingError:
+    """Per-device shapes are global shapes divided by the tile: a '?' cannot
+    be divided, so a split dynamic tensor is refused at the value, rather
+    than by a later pass that would not know which input caused it."""
+    return _located(value, f"{_label(value)} has a dynamic shape ({value.type}); "
+                           "stablehlo-spmd partitions static shapes only")
 
 
 def _label(value: ShardedValue) -> str:

@@ -325,8 +325,9 @@ class Partitioner:
                     from_form = self._reshard_steps(value, layout, target)
                 except ShardingError:
                     continue
-                if plan_cost(from_form) < moved:
-                    local, source, steps, moved = form, layout, from_form, plan_cost(from_form)
+                cost = plan_cost(from_form)
+                if cost < moved:
+                    local, source, steps, moved = form, layout, from_form, cost
         remade = self._rebuild_plan(value, target, _REBUILD_DEPTH) \
             if rebuild and moved > 0 else None
         if remade is not None and remade[2] < moved:

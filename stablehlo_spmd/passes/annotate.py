@@ -33,8 +33,9 @@ from stablehlo_spmd import diagnostics
 from stablehlo_spmd.errors import MeshError, PipelineError, ShardingError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MHLO_SHARDING, OPEN_DIMS, PRIORITIES, ShardedValue, checked_mesh, function_values, functions,
-    import_shardy, is_entry, set_attrs, sharding_attr, write_mesh)
+    MHLO_SHARDING, OPEN_DIMS, PRIORITIES, ShardedValue, checked_mesh, dynamic_shape_error,
+    function_values, functions, has_dynamic_shape, import_shardy, is_entry, set_attrs,
+    sharding_attr, write_mesh)
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.rules import Rule, RuleSet, load_rules
 from stablehlo_spmd.sharding import Sharding
@@ -118,8 +119,9 @@ def _sharding_for(value: ShardedValue, rule: Rule, mesh: Mesh) -> ir.Attribute |
         if rule.position:
             diagnostics.note(rule.position, f"from {rule.describe()}")
         return None
-    if _is_dynamic(value.type) and sharding.to_hlo().kind == "tiled":
-        _report_dynamic(value)
+    if has_dynamic_shape(value) and sharding.to_hlo().kind == "tiled":
+        error = dynamic_shape_error(value)
+        diagnostics.error(error.location or value.location, error.message, ShardingError)
         if rule.position:
             diagnostics.note(rule.position, f"from {rule.describe()}")
         return None
@@ -130,19 +132,6 @@ def _sharding_for(value: ShardedValue, rule: Rule, mesh: Mesh) -> ir.Attribute |
                                 f"{existing}; {rule.describe()} would give {attr}")
         return None
     return attr
-
-
-def _is_dynamic(value_type: ir.Type) -> bool:
-    return (isinstance(value_type, ir.ShapedType) and value_type.has_rank
-            and not value_type.has_static_shape)
-
-
-def _report_dynamic(value: ShardedValue) -> None:
-    # Per-device shapes are global shapes divided by the tile: a '?' cannot
-    # be divided, so a split dynamic tensor is refused here, at the value,
-    # rather than by a later pass that would not know which input caused it.
-    diagnostics.error(value.location, f"{value.describe()} has a dynamic shape ({value.type}); "
-                      "stablehlo-spmd partitions static shapes only", ShardingError)
 
 
 def _match_name(value: ShardedValue) -> str:
