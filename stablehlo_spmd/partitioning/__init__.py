@@ -2,6 +2,8 @@
 
 * `partitioner.Partitioner`, the driver: walks the ops once, asks each op's
   strategy for a plan, reshards operands, emits, settles results;
+* `context`: `PartitionContext`, the narrow view of the driver every
+  strategy takes (partitioner -> strategies -> context, never back);
 * `strategy`: the `Plan`/`Strategy` protocol, the registry keyed by op name,
   the rule-driven and replicated defaults, and the factor-axes planning
   every rule-based strategy starts from;

@@ -26,7 +26,7 @@ from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, is_manual_boundary, is_sharding_constraint)
 from stablehlo_spmd.op_rules.control import SHARDING_RULE
 from stablehlo_spmd.partitioning.manual import MANUAL_BOUNDARY
-from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.context import PartitionContext
 from stablehlo_spmd.partitioning.sorting import TOP_K_CALL
 from stablehlo_spmd.partitioning.strategy import RULE_DRIVEN, Plan, Strategy, strategy
 from stablehlo_spmd.shapes import int_constant, local_type, shape_of
@@ -45,7 +45,7 @@ def _splat(op: ir.Operation) -> ir.DenseElementsAttr | None:
     return None
 
 
-def _made_plan(p: Partitioner, op: ir.Operation) -> Plan:
+def _made_plan(p: PartitionContext, op: ir.Operation) -> Plan:
     target = p.result_shardings(op)[0]
     local = _splat(op) is not None or op.name == "stablehlo.iota"
     made = target.reduced() if local else Sharding.replicated(p.mesh, len(shape_of(op.results[0])))
@@ -53,7 +53,7 @@ def _made_plan(p: Partitioner, op: ir.Operation) -> Plan:
 
 
 @strategy("stablehlo.constant", "stablehlo.iota", plan=_made_plan, local=True)
-def emit_made(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_made(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     if op.name == "stablehlo.iota":
         return [_local_iota(p, op, plan.produced[0])]
     splat = _splat(op)
@@ -69,7 +69,7 @@ def emit_made(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     return ir.Operation.create(op.name, results=[shard_type], attributes={"value": value}).results
 
 
-def _local_iota(p: Partitioner, op: ir.Operation, layout: Sharding) -> ir.Value:
+def _local_iota(p: PartitionContext, op: ir.Operation, layout: Sharding) -> ir.Value:
     """This device's block of the iota: the iota of the block's shape, plus,
     where the counting dim is split, the block's first index along it (the
     device's coordinate over that dim's axes times the block size).  GSPMD
@@ -90,7 +90,7 @@ def _local_iota(p: Partitioner, op: ir.Operation, layout: Sharding) -> ir.Value:
     return hlo.AddOp(local, hlo.BroadcastInDimOp(shard_type, start, []).result).result
 
 
-def _constraint_plan(p: Partitioner, op: ir.Operation) -> Plan:
+def _constraint_plan(p: PartitionContext, op: ir.Operation) -> Plan:
     """The operand moved to the constrained sharding (less any partial axes
     it does not pend), so the move goes through `Partitioner.to`: a value
     made from constants is made again there, and a move made once is
@@ -105,11 +105,11 @@ def _constraint_plan(p: Partitioner, op: ir.Operation) -> Plan:
     return Plan(wanted, [target], [target])
 
 
-def _emit_constraint(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def _emit_constraint(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     return operands[:1]
 
 
-def _emit_by_sharding_rule(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def _emit_by_sharding_rule(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     """The call on per-device types, as the rule-driven default emits it,
     less the rule: its factor sizes are the global ones."""
     results = RULE_DRIVEN.emit_local(p, op, plan, operands)
@@ -136,11 +136,11 @@ def _custom_call_strategy(op: ir.Operation) -> Strategy | None:
     return _BY_TARGET.get(ir.StringAttr(op.attributes["call_target_name"]).value)
 
 
-def _custom_call_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _custom_call_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     chosen = _custom_call_strategy(op)
     return chosen.plan(p, op) if chosen is not None else None
 
 
 @strategy("stablehlo.custom_call", plan=_custom_call_plan)
-def emit_custom_call(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_custom_call(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     return _custom_call_strategy(op).emit_local(p, op, plan, operands)

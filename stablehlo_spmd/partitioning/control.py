@@ -41,7 +41,7 @@ from jaxlib.mlir.dialects import func
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd.module_shardings import function_values
-from stablehlo_spmd.partitioning.partitioner import Partitioner, erase_unused
+from stablehlo_spmd.partitioning.context import PartitionContext, erase_unused
 from stablehlo_spmd.partitioning.strategy import Plan, strategy
 from stablehlo_spmd.shapes import int_constant, local_type, scalar_zero, shape_of, zeros
 from stablehlo_spmd.sharding import Sharding
@@ -49,14 +49,14 @@ from stablehlo_spmd.sharding import Sharding
 
 # ------------------------------------------------------------------ loops
 
-def _while_plan(p: Partitioner, op: ir.Operation) -> Plan:
+def _while_plan(p: PartitionContext, op: ir.Operation) -> Plan:
     carries = [s if shape_of(r) is not None else None
                for r, s in zip(op.results, p.result_shardings(op))]
     return Plan(carries, carries, carries)
 
 
 @strategy("stablehlo.while", plan=_while_plan)
-def emit_while(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_while(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     """A loop keeps its carries in their (propagated) shardings: they are
     the block arguments of both regions and what the body yields."""
     carries = [s if s is not None else Sharding.replicated(p.mesh, 0) for s in plan.produced]
@@ -67,7 +67,7 @@ def emit_while(p: Partitioner, op: ir.Operation, plan: Plan, operands):
 
 # --------------------------------------------------------------- branches
 
-def _branches_plan(p: Partitioner, op: ir.Operation) -> Plan:
+def _branches_plan(p: PartitionContext, op: ir.Operation) -> Plan:
     predicate = op.operands[0]
     targets = p.result_shardings(op)
     yielded = [s.reduced() for s in targets]
@@ -76,7 +76,7 @@ def _branches_plan(p: Partitioner, op: ir.Operation) -> Plan:
 
 
 @strategy("stablehlo.if", "stablehlo.case", plan=_branches_plan)
-def emit_branches(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_branches(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     """Every device takes the branch the whole program takes; each branch
     yields the results per device, as full values."""
     result_types = [local_type(r.type, s) for r, s in zip(op.results, plan.produced)]
@@ -86,7 +86,7 @@ def emit_branches(p: Partitioner, op: ir.Operation, plan: Plan, operands):
 
 # ------------------------------------------------------------------ calls
 
-def _call_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _call_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """The callee's argument shardings in, its result shardings out (a
     function boundary carries full values); results then settle to the
     call's own shardings."""
@@ -105,7 +105,7 @@ def _call_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
 
 @strategy("func.call", plan=_call_plan)
-def emit_call(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_call(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     """Call the callee's per-device function for this site's signature."""
     name = plan.detail
     signature = (name, tuple(plan.required), tuple(plan.produced))
@@ -118,7 +118,7 @@ def emit_call(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     return func.CallOp(result_types, symbol, operands).results
 
 
-def _outline(p: Partitioner, callee: ir.Operation, name: str, arguments, results,
+def _outline(p: PartitionContext, callee: ir.Operation, name: str, arguments, results,
              taken: set[str]) -> str:
     """Emit `callee` partitioned for one signature as a private function of
     the module; returns its symbol (the callee's own for its first
@@ -152,7 +152,7 @@ def _outline(p: Partitioner, callee: ir.Operation, name: str, arguments, results
 # ------------------------------------------- slices at run-time offsets
 
 @strategy("stablehlo.dynamic_slice")
-def emit_dynamic_slice(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_dynamic_slice(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     """Slice locally: a dim the slice takes whole keeps its axes (its slice
     size becomes the shard's size, its start is 0, as the op clamps it
     globally); a dim sliced at a run-time offset is read whole (its factor
@@ -174,7 +174,7 @@ def emit_dynamic_slice(p: Partitioner, op: ir.Operation, plan: Plan, operands):
 
 
 @strategy("stablehlo.dynamic_update_slice")
-def emit_dynamic_update_slice(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_dynamic_update_slice(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     """Update each device's shard in place, as the rule says: operand and
     result keep their split on a dim written at a run-time offset, and the
     update is read whole there.

@@ -25,7 +25,7 @@ from stablehlo_spmd import op_rules
 from stablehlo_spmd.module_shardings import MHLO_SHARDING
 from stablehlo_spmd.op_rules import FactorKind
 from stablehlo_spmd.op_rules.indexing import implicit_batching_dims
-from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.context import PartitionContext
 from stablehlo_spmd.partitioning.strategy import (
     Plan, dealt_axes, factor_axes, layout, plan_from_axes, plan_reshard_bytes, rule_plan,
     strategy)
@@ -44,7 +44,7 @@ def _splits_index_vectors(plan: Plan, indices: int, vector_dim: int) -> bool:
     return vector_dim < len(indices_layout.dim_axes) and bool(indices_layout.dim_axes[vector_dim])
 
 
-def _cheapest_plan(p: Partitioner, op: ir.Operation, serves) -> Plan | None:
+def _cheapest_plan(p: PartitionContext, op: ir.Operation, serves) -> Plan | None:
     """The cheapest, in bytes, of the rule's plans that `serves(plan)`
     accepts.  The candidates:
 
@@ -76,7 +76,7 @@ def _cheapest_plan(p: Partitioner, op: ir.Operation, serves) -> Plan | None:
     return min(plans, key=lambda plan: plan_reshard_bytes(p, op, plan), default=None)
 
 
-def _operands_way(p: Partitioner, op: ir.Operation, rule) -> list[Sharding]:
+def _operands_way(p: PartitionContext, op: ir.Operation, rule) -> list[Sharding]:
     """The result shardings the operands' own imply: each PASS_THROUGH
     factor on the axes the first operand holding it split has it on."""
     axes: list[tuple] = [()] * rule.num_factors
@@ -96,7 +96,7 @@ def _gather_reductions(rule, axes) -> None:
             axes[factor] = ()
 
 
-def _gather_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _gather_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """The cheapest plan (`_cheapest_plan`) in which every split operand dim
     is one a local gather can serve."""
     if len(op.results) != 1:
@@ -121,7 +121,7 @@ def _gather_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
 
 @strategy("stablehlo.gather", plan=_gather_plan)
-def emit_gather(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_gather(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     """A gather on each device's indices and operand shard.
 
     Index batch dims and pass-through (full-slice) operand dims keep their
@@ -208,7 +208,7 @@ def _zero_outside(mask: ir.Value, gathered: ir.Value, vector_dim: int, numbers) 
     return hlo.SelectOp(mask, gathered, zeros(result_type)).result
 
 
-def _scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _scatter_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """The cheapest plan (`_cheapest_plan`).  Every operand dim the rule
     lets it split a local scatter serves: a window dim the updates cover
     whole (indexed or not: a window that starts anywhere but 0 is out of
@@ -221,7 +221,7 @@ def _scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
 
 @strategy("stablehlo.scatter", plan=_scatter_plan)
-def emit_scatter(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_scatter(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     """A scatter per device: into the device's columns of operands split on
     pass-through dims, from its share of updates split along their scatter
     dims (scatter-add, -max, -min), and into its rows of operands split on

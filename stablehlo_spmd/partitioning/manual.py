@@ -33,7 +33,7 @@ from jaxlib.mlir import ir
 
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.module_shardings import FULL_TO_SHARD
-from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.context import PartitionContext
 from stablehlo_spmd.partitioning.strategy import REPLICATED, RULE_DRIVEN, Plan, Strategy, strategy
 from stablehlo_spmd.reshard import axis_coordinate
 from stablehlo_spmd.shapes import local_type, shape_of
@@ -86,7 +86,7 @@ def _entering(op: ir.Operation) -> bool:
     return ir.StringAttr(op.attributes["call_target_name"]).value == FULL_TO_SHARD
 
 
-def _boundary_plan(p: Partitioner, op: ir.Operation) -> Plan:
+def _boundary_plan(p: PartitionContext, op: ir.Operation) -> Plan:
     operand, result = op.operands[0], op.results[0]
     wanted = p.result_shardings(op)[0]
     if _entering(op):
@@ -103,7 +103,7 @@ def _boundary_plan(p: Partitioner, op: ir.Operation) -> Plan:
     return Plan([wanted], [required], [produced])
 
 
-def _forward(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def _forward(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     return operands[:1]
 
 
@@ -132,7 +132,7 @@ def _group_mixing_blocks(layout: Sharding, groups: list[list[int]]) -> list[int]
                 None)
 
 
-def _collective_plan(p: Partitioner, op: ir.Operation) -> Plan:
+def _collective_plan(p: PartitionContext, op: ir.Operation) -> Plan:
     groups = _device_groups(op)
     plan = RULE_DRIVEN.plan(p, op)
     if plan is not None and all(layout is None or _group_mixing_blocks(layout, groups) is None
@@ -156,6 +156,6 @@ def _collective_plan(p: Partitioner, op: ir.Operation) -> Plan:
 @strategy("stablehlo.all_reduce", "stablehlo.collective_permute",
           "stablehlo.collective_broadcast", "stablehlo.all_gather", "stablehlo.reduce_scatter",
           "stablehlo.all_to_all", plan=_collective_plan)
-def emit_device_collective(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_device_collective(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     chosen = REPLICATED if plan.replicates else RULE_DRIVEN
     return chosen.emit_local(p, op, plan, operands)

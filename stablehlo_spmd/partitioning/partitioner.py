@@ -47,6 +47,8 @@ from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions,
     is_manual_boundary, read_hlo)
+from stablehlo_spmd.partitioning.context import (
+    EFFECTFUL, PartitionContext, RegionShardings, erase_unused)
 from stablehlo_spmd.partitioning.skeleton import skeleton as make_skeleton
 from stablehlo_spmd.partitioning.strategy import (
     ON_OWNER, REPLICATED, RULE_DRIVEN, STRATEGIES, Plan, reshard_bytes)
@@ -54,9 +56,6 @@ from stablehlo_spmd.reshard import order_pairs, plan as plan_reshard, plan_cost
 from stablehlo_spmd.shapes import element_bytes, local_type, shape_of, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
 from stablehlo_spmd.tile_axes import tile_dim_axes
-
-# Block-argument and yielded-value shardings of one region (None: replicated).
-RegionShardings = tuple["Sequence[Sharding] | None", "Sequence[Sharding] | None"]
 
 
 class Partitioner:
@@ -93,6 +92,8 @@ class Partitioner:
         self._earlier_forms: dict[ir.Value, list[tuple[ir.Value, Sharding, ir.Block]]] = {}
         # (op, result shardings) while `rebuilt` plans an op at a layout of its choosing.
         self._rebuilding: tuple[ir.Operation, tuple[Sharding, ...]] | None = None
+        # Strategies see the driver as this narrow protocol (context.py).
+        assert isinstance(self, PartitionContext)
 
     # -------------------------------------------------------------- driver
 
@@ -567,17 +568,10 @@ def _encloses(outer: ir.Block, inner: ir.Block) -> bool:
         block = owner.operation.block
 
 
-# Ops whose effect is more than their results: never erased unused.
-_EFFECTFUL = frozenset({
-    "stablehlo.custom_call", "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.send",
-    "stablehlo.recv", "stablehlo.while", "stablehlo.if", "stablehlo.case", "func.call",
-})
-
-
 # Ops that are not one device's work on its own block alone (effects, a
 # device's identity, partners): moving blocks between devices before them
 # is not the same as after them.
-_NOT_PER_BLOCK = _EFFECTFUL | frozenset({
+_NOT_PER_BLOCK = EFFECTFUL | frozenset({
     "stablehlo.partition_id", "stablehlo.replica_id", "stablehlo.rng",
     "stablehlo.rng_bit_generator", "stablehlo.all_reduce", "stablehlo.all_gather",
     "stablehlo.all_to_all", "stablehlo.reduce_scatter", "stablehlo.collective_permute",
@@ -633,22 +627,6 @@ def _pairs(permute: ir.Operation) -> list[tuple[int, int]]:
 
 def _uses(value: ir.Value) -> int:
     return sum(1 for _ in value.uses)
-
-
-def erase_unused(block: ir.Block) -> None:
-    """Erase the ops of `block` (and of the regions in it) whose results
-    nothing reads: a value made again where it was needed (`rebuilt`)
-    leaves its first, moved form unused, and an unused collective is not
-    free.  Walking each block backwards sees users before what they read,
-    so one walk clears whole chains."""
-    for op in reversed(list(block.operations)):
-        op = op.operation
-        for region in op.regions:
-            for inner in region.blocks:
-                erase_unused(inner)
-        if op.results and op.name not in _EFFECTFUL and op.name.startswith("stablehlo.") and \
-                not any(True for result in op.results for _ in result.uses):
-            op.erase()
 
 
 def _called_computations(module: ir.Operation) -> set[str]:

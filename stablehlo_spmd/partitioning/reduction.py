@@ -21,7 +21,7 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.op_rules import FactorKind
-from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.context import PartitionContext
 from stablehlo_spmd.partitioning.strategy import (
     RULE_DRIVEN, Plan, dealt_axes, factor_axes, layout, mask_uneven_reduction,
     plan_reshard_bytes, strategy)
@@ -33,7 +33,7 @@ from stablehlo_spmd.sharding import Sharding
 _READ_WHOLE = (FactorKind.PERMUTATION, FactorKind.NEED_REPLICATION)
 
 
-def _reduce_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _reduce_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """The rule's plan, or the tree of local reduces where that moves fewer
     bytes (`Plan.detail`: the mesh axes the per-device results are gathered
     over)."""
@@ -46,7 +46,7 @@ def _reduce_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     return tree if tree_cost < plan_reshard_bytes(p, op, by_rule) else by_rule
 
 
-def _tree_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _tree_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """Each reduced dim keeps the axes the first input has it split over
     (those no kept dim of the results takes); None when none is split."""
     rule = op_rules.rule_for(op)
@@ -78,7 +78,7 @@ def _tree_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
 
 @strategy("stablehlo.reduce", plan=_reduce_plan)
-def emit_reduce(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_reduce(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     if plan.detail is None:
         return RULE_DRIVEN.emit_local(p, op, plan, operands)
     count = len(op.results)

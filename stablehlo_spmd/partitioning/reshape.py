@@ -24,7 +24,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd.halos import halo_extent, pieces_elements, window_pieces
-from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.context import PartitionContext
 from stablehlo_spmd.partitioning.strategy import (
     RULE_DRIVEN, Plan, plan_reshard_bytes, strategy)
 from stablehlo_spmd.shapes import element_bytes, local_type, shape_of
@@ -58,7 +58,7 @@ def _split_dim(sharding: Sharding) -> int | None:
     return split[0] if len(split) == 1 else None
 
 
-def _flat_halo(p: Partitioner, op: ir.Operation, source: Sharding,
+def _flat_halo(p: PartitionContext, op: ir.Operation, source: Sharding,
                target: Sharding) -> _FlatHalo | None:
     operand_shape, result_shape = shape_of(op.operands[0]), shape_of(op.results[0])
     if source.unreduced or target.unreduced or not operand_shape or not result_shape:
@@ -78,7 +78,7 @@ def _flat_halo(p: Partitioner, op: ir.Operation, source: Sharding,
     return _FlatHalo(dim, axes, math.prod(operand_shape[dim:]), held, wanted)
 
 
-def _reshape_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _reshape_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     source = p.shardings.get(op.operands[0])
     target = p.result_shardings(op)[0]
     if source is None:
@@ -98,7 +98,7 @@ def _reshape_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
 
 @strategy("stablehlo.reshape", plan=_reshape_plan)
-def emit_reshape(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_reshape(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     flat: _FlatHalo = plan.detail
     local = operands[0]
     shape = list(ir.RankedTensorType(local.type).shape)

@@ -29,7 +29,7 @@ from jaxlib.mlir.dialects import stablehlo as hlo
 
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.op_rules import FactorKind
-from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.context import PartitionContext
 from stablehlo_spmd.partitioning.strategy import (
     RULE_DRIVEN, Plan, Strategy, factor_axes, layout, plan_from_axes, plan_reshard_bytes,
     rule_plan, strategy)
@@ -37,7 +37,7 @@ from stablehlo_spmd.shapes import shape_of
 from stablehlo_spmd.sharding import Sharding
 
 
-def _sort_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _sort_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """Sort with the sorted dim's axes moved onto another dim, when some dim
     takes them evenly and that moves fewer bytes than gathering the sorted
     dim; None (the rule's plan, gathering it) otherwise.
@@ -88,7 +88,7 @@ def _unread_results_stay(op: ir.Operation, plan: Plan) -> Plan:
 strategy("stablehlo.sort", plan=_sort_plan)(RULE_DRIVEN.emit_local)
 
 
-def _top_k_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _top_k_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """Keep the last dim split when each shard holds at least k candidates;
     the batch dims run as the rule would run them, less the axes the last
     dim uses.  None (the rule's plan, gathering the last dim) otherwise."""
@@ -116,7 +116,7 @@ def _top_k_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
 
 @strategy("chlo.top_k", plan=_top_k_plan)
-def emit_top_k(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_top_k(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     """Local top-k per shard, all-gather of the k candidates, final top-k.
 
     Why the answer is the single-device one: top-k orders by value, ties
@@ -160,7 +160,7 @@ def emit_top_k(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     return [best, take_along_last(candidate_indices, positions)]
 
 
-def _top_k_call_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _top_k_call_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """XLA's ``custom_call @TopK`` as `chlo.top_k`, when it orders largest
     first: one given a comparator of its own (``called_computations``)
     declines, since the padding's filler and the candidates' order assume

@@ -13,6 +13,11 @@ A `Strategy` is a pair of functions:
   returns per-device results in `Plan.produced`'s layouts.  The driver then
   settles each result to the sharding propagation chose (`Plan.wanted`).
 
+Both take the driver as ``p``, seen through `context.PartitionContext`: the
+few members of `partitioner.Partitioner` strategies use (its mesh, each
+value's per-device form and sharding, `to`, `create`, ...), so that
+strategies depend on that protocol and never on the driver's module.
+
 `STRATEGIES` is keyed by op name, like the op-rule table: "where is op X
 handled" has one answer, ``STRATEGIES[X]``, or, for an op with no entry, the
 default: `RULE_DRIVEN` when its rule `keeps_attributes` (the same op on
@@ -30,19 +35,17 @@ so no strategy overrules the table silently.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from jaxlib.mlir import ir
 
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
+from stablehlo_spmd.partitioning.context import PartitionContext
 from stablehlo_spmd.reshard import plan as plan_reshard, plan_cost
 from stablehlo_spmd.shapes import element_bytes, local_type, shape_of
 from stablehlo_spmd.sharding import Sharding
-
-if TYPE_CHECKING:
-    from stablehlo_spmd.partitioning.partitioner import Partitioner
 
 
 @dataclasses.dataclass
@@ -61,8 +64,8 @@ class Plan:
     detail: Any = None                 # the strategy's own decisions (windows, owners, ...)
 
 
-PlanFn = Callable[["Partitioner", ir.Operation], "Plan | None"]
-EmitFn = Callable[["Partitioner", ir.Operation, Plan, list], Sequence[ir.Value]]
+PlanFn = Callable[[PartitionContext, ir.Operation], "Plan | None"]
+EmitFn = Callable[[PartitionContext, ir.Operation, Plan, list], Sequence[ir.Value]]
 ConstrainFn = Callable[[OpRule, list], None]
 
 
@@ -94,7 +97,7 @@ def strategy(*op_names: str, plan: PlanFn | None = None,
 
 # ------------------------------------------------------------ rule-driven
 
-def rule_plan(p: "Partitioner", op: ir.Operation, constrain: ConstrainFn | None = None,
+def rule_plan(p: PartitionContext, op: ir.Operation, constrain: ConstrainFn | None = None,
               reduction_first: bool = False) -> Plan | None:
     """The plan the op's rule gives: factors on the axes the results want,
     narrowed by `constrain`; None for an op with no rule."""
@@ -111,7 +114,7 @@ def rule_plan(p: "Partitioner", op: ir.Operation, constrain: ConstrainFn | None 
     return plan_from_axes(p, op, rule, wanted, axes, stripped)
 
 
-def plan_from_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted, axes,
+def plan_from_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted, axes,
                    stripped=frozenset()) -> Plan:
     """The plan of running each factor over `axes`; `stripped` are factors a
     strategy kept whole against the rule (reported like the rule's own)."""
@@ -121,7 +124,7 @@ def plan_from_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted, axe
     return Plan(wanted, required, produced, rule, axes, frozenset(stripped | whole))
 
 
-def _cheapest_rule_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
+def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """`rule_plan`, seating an axis that both a result dim and a reduced dim
     want where it moves fewer bytes: on the result (move the operands) or on
     the reduction (reduce-scatter the local partial)."""
@@ -169,7 +172,7 @@ def _cheapest_rule_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
     return plan
 
 
-def _one_axis_moved(p: "Partitioner", rule: OpRule, axes: list[tuple], pending: set[str]):
+def _one_axis_moved(p: PartitionContext, rule: OpRule, axes: list[tuple], pending: set[str]):
     """`axes` with one mesh axis taken off the factor holding it (if any) and
     put, minor, on another factor that can run split and divides evenly; not
     an axis a partial value around the op is pending on."""
@@ -188,7 +191,8 @@ def _one_axis_moved(p: "Partitioner", rule: OpRule, axes: list[tuple], pending: 
                 yield moved
 
 
-def _emit_by_rule(p: "Partitioner", op: ir.Operation, plan: Plan, operands) -> Sequence[ir.Value]:
+def _emit_by_rule(p: PartitionContext, op: ir.Operation, plan: Plan,
+                  operands) -> Sequence[ir.Value]:
     """The same op on per-device types, reading no padding it would reduce."""
     operands = [mask_uneven_reduction(p, op, plan, index, local)
                 for index, local in enumerate(operands)]
@@ -199,7 +203,7 @@ def _emit_by_rule(p: "Partitioner", op: ir.Operation, plan: Plan, operands) -> S
 RULE_DRIVEN = Strategy(_cheapest_rule_plan, _emit_by_rule, local=True)
 
 
-def factor_axes(p: "Partitioner", op: ir.Operation, rule: OpRule, wanted: list[Sharding],
+def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: list[Sharding],
                 reduction_first: bool = False, operands_first: bool = False) -> list[tuple]:
     """The mesh axes each factor runs over in the per-device op.
 
@@ -280,7 +284,7 @@ def _compound_factors(rule: OpRule) -> set[int]:
             if len(dim) > 1 for f in dim}
 
 
-def dealt_axes(p: "Partitioner", rule: OpRule, shardings, tensors):
+def dealt_axes(p: PartitionContext, rule: OpRule, shardings, tensors):
     """``(factor, axes)`` for each factor the shardings split, tensor by
     tensor (`tensors`: the rule's factors of each; a None sharding deals
     nothing), dim by dim, as `project_axes` deals a dim's axes."""
@@ -292,13 +296,13 @@ def dealt_axes(p: "Partitioner", rule: OpRule, shardings, tensors):
                                     p.axis_size)
 
 
-def layout(p: "Partitioner", dims, axes) -> Sharding:
+def layout(p: PartitionContext, dims, axes) -> Sharding:
     """The sharding a tensor has when each factor runs over its axes."""
     return Sharding(p.mesh, tuple(tuple(a for factor in factors for a in axes[factor])
                                   for factors in dims))
 
 
-def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
+def layouts(p: PartitionContext, op: ir.Operation, rule: OpRule, axes, wanted):
     """Operand layouts the local op needs and result layouts it produces.
 
     A partial operand stays partial when the op is linear in it and its
@@ -360,7 +364,7 @@ def layouts(p: "Partitioner", op: ir.Operation, rule: OpRule, axes, wanted):
     return required, produced
 
 
-def plan_reshard_bytes(p: "Partitioner", op: ir.Operation, plan: Plan) -> float:
+def plan_reshard_bytes(p: PartitionContext, op: ir.Operation, plan: Plan) -> float:
     """Bytes per device the reshards around the local op would move."""
     total = 0.0
     for operand, required in zip(op.operands, plan.required):
@@ -384,7 +388,7 @@ def reshard_bytes(source: Sharding, target: Sharding, value: ir.Value) -> float:
         return float("inf")
 
 
-def mask_uneven_reduction(p: "Partitioner", op: ir.Operation, plan: Plan, index: int,
+def mask_uneven_reduction(p: PartitionContext, op: ir.Operation, plan: Plan, index: int,
                           local: ir.Value) -> ir.Value:
     """Overwrite the padding of an uneven, sharded reduced dimension of
     operand `index` with the reduction's neutral value (its rule's
@@ -418,7 +422,7 @@ def _reduced(rule, factor: int) -> bool:
 
 # -------------------------------------------------------------- replicated
 
-def _replicated_plan(p: "Partitioner", op: ir.Operation) -> Plan:
+def _replicated_plan(p: PartitionContext, op: ir.Operation) -> Plan:
     def whole(value):
         shape = shape_of(value)
         return None if shape is None else Sharding.replicated(p.mesh, len(shape))
@@ -426,7 +430,7 @@ def _replicated_plan(p: "Partitioner", op: ir.Operation) -> Plan:
                 [whole(r) for r in op.results], replicates=True)
 
 
-def _emit_replicated(p: "Partitioner", op: ir.Operation, plan: Plan, operands):
+def _emit_replicated(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     return p.create(op, operands, [r.type for r in op.results]).results
 
 
@@ -434,7 +438,7 @@ def _emit_replicated(p: "Partitioner", op: ir.Operation, plan: Plan, operands):
 REPLICATED = Strategy(_replicated_plan, _emit_replicated, local=True)
 
 
-def _on_owner_plan(p: "Partitioner", op: ir.Operation) -> Plan | None:
+def _on_owner_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """An op whose results all live on one device (``{maximal device=k}``)
     runs there, as in XLA: its operands are handed to that device whole and
     it runs on whole values.  (The SPMD program has one body, so every

@@ -60,7 +60,7 @@ from stablehlo_spmd.module_shardings import MHLO_SHARDING, is_sharding_constrain
 from stablehlo_spmd.op_rules import FactorKind, OpRule, int_array
 from stablehlo_spmd.op_rules.windowed import (
     conv_window, is_zero_scalar, padding_pairs, parallel_spatial_dims, producer)
-from stablehlo_spmd.partitioning.partitioner import Partitioner
+from stablehlo_spmd.partitioning.context import PartitionContext
 from stablehlo_spmd.partitioning.strategy import (
     Plan, factor_axes, plan_from_axes, plan_reshard_bytes, reshard_bytes, strategy)
 from stablehlo_spmd.shapes import (
@@ -96,7 +96,7 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _setup(p: Partitioner, op: ir.Operation,
+def _setup(p: PartitionContext, op: ir.Operation,
            halos: Callable[[Plan], list[Halo]],
            forced: Callable[[OpRule, list[tuple]], None] | None = None,
            always: bool = False,
@@ -133,7 +133,7 @@ def _setup(p: Partitioner, op: ir.Operation,
     return plan if plan.detail or always else None
 
 
-def _alignments(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[Sharding]):
+def _alignments(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: list[Sharding]):
     """Result shardings to plan the op for: the one propagation chose, then
     the ones each operand's sharding implies (its factors' axes carried to
     the results), then the one all operands imply together (each factor
@@ -163,7 +163,7 @@ def _alignments(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[Sha
             yield implied
 
 
-def _implied_sharding(p: Partitioner, dims, factor_axes_of) -> Sharding:
+def _implied_sharding(p: PartitionContext, dims, factor_axes_of) -> Sharding:
     """The sharding a tensor with factor `dims` has when each factor runs over
     ``factor_axes_of[factor]`` (an axis already used by an earlier dim is
     left out)."""
@@ -176,7 +176,7 @@ def _implied_sharding(p: Partitioner, dims, factor_axes_of) -> Sharding:
     return Sharding(p.mesh, tuple(dim_axes))
 
 
-def _aligned_plan(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[Sharding],
+def _aligned_plan(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: list[Sharding],
                   target: list[Sharding], halos: Callable[[Plan], list[Halo]],
                   forced: Callable[[OpRule, list[tuple]], None] | None,
                   windowed_kinds: tuple[FactorKind, ...], returned: bool,
@@ -217,7 +217,7 @@ def _aligned_plan(p: Partitioner, op: ir.Operation, rule: OpRule, wanted: list[S
                 axes[factor] = ()
 
 
-def _moved_bytes(p: Partitioner, op: ir.Operation, plan: Plan) -> float:
+def _moved_bytes(p: PartitionContext, op: ir.Operation, plan: Plan) -> float:
     """Bytes per device a plan moves: the reshards around the local op and
     its halo exchanges."""
     total = plan_reshard_bytes(p, op, plan)
@@ -237,7 +237,7 @@ def _gathered(operand: int, dim: int) -> Halo:
     return Halo(operand, dim, 0, -1)
 
 
-def _halo_elements(p: Partitioner, op: ir.Operation, required, halo: Halo,
+def _halo_elements(p: PartitionContext, op: ir.Operation, required, halo: Halo,
                    returned: bool = False) -> int | None:
     """Elements along the dim a device receives for `halo`'s window, by the
     cheaper of `halo_window`'s ways (neighbour halos, or each piece from
@@ -267,12 +267,12 @@ def _halo_elements(p: Partitioner, op: ir.Operation, required, halo: Halo,
     return pieces if pieces <= (count - 1) * shard else None
 
 
-def _fits(p: Partitioner, op: ir.Operation, required, halo: Halo,
+def _fits(p: PartitionContext, op: ir.Operation, required, halo: Halo,
           returned: bool = False) -> bool:
     return _halo_elements(p, op, required, halo, returned) is not None
 
 
-def _window(p: Partitioner, op: ir.Operation, plan: Plan, local: ir.Value, halo: Halo,
+def _window(p: PartitionContext, op: ir.Operation, plan: Plan, local: ir.Value, halo: Halo,
             fill: ir.Value | None = None) -> ir.Value:
     dim_axes = plan.required[halo.operand].dim_axes[halo.dim]
     size = shape_of(op.operands[halo.operand])[halo.dim]
@@ -290,7 +290,8 @@ def _computed_type(result: ir.Value, plan: Plan, kept: dict[int, Halo]) -> ir.Ty
     return ir.RankedTensorType.get(shape, local.element_type)
 
 
-def _own_results(p: Partitioner, plan: Plan, local: ir.Value, kept: dict[int, Halo]) -> ir.Value:
+def _own_results(p: PartitionContext, plan: Plan, local: ir.Value,
+                 kept: dict[int, Halo]) -> ir.Value:
     """Each device's share of `local` (see `Halo.keep`)."""
     for dim, halo in kept.items():
         if halo.keep:
@@ -304,11 +305,11 @@ def _sharded(layout: Sharding | None, dim: int) -> tuple:
     return layout.dim_axes[dim] if layout is not None else ()
 
 
-def _shard(p: Partitioner, size: int, dim_axes: tuple) -> int:
+def _shard(p: PartitionContext, size: int, dim_axes: tuple) -> int:
     return _ceil(size, p.mesh.axes_size(dim_axes))
 
 
-def windowed_strategy(op_name: str, plan: Callable[[Partitioner, ir.Operation], Plan | None]):
+def windowed_strategy(op_name: str, plan: Callable[[PartitionContext, ir.Operation], Plan | None]):
     """Register a window strategy: its `plan` reads the op's attributes once
     and leaves, as the plan's `detail`, the emission that uses them."""
     strategy(op_name, plan=plan)(lambda p, op, plan, operands: plan.detail(operands))
@@ -326,7 +327,7 @@ def _padding_attr(pairs) -> ir.Attribute | None:
     return cached_attr(f"dense<{rows}> : tensor<{len(rows)}x2xi64>")
 
 
-def _strided_halo(p: Partitioner, operand: int, dim: int, dim_axes: tuple, size: int,
+def _strided_halo(p: PartitionContext, operand: int, dim: int, dim_axes: tuple, size: int,
                   out_size: int, offset: int, stride: int = 1, extent: int = 1,
                   dilation: int = 1) -> Halo:
     """The input a device's share of `out_size` results reads along `dim`
@@ -379,7 +380,7 @@ def _strided_halo(p: Partitioner, operand: int, dim: int, dim_axes: tuple, size:
 
 # ------------------------------------------------------------ slice, pad
 
-def _window_halo(p: Partitioner, op: ir.Operation, plan: Plan, operand: int,
+def _window_halo(p: PartitionContext, op: ir.Operation, plan: Plan, operand: int,
                  dim: int) -> Halo | None:
     """What operand `operand` must read along its split `dim`, from the
     rule: the `Window` of its PERMUTATION factor (in the dilated input where
@@ -400,7 +401,7 @@ def _window_halo(p: Partitioner, op: ir.Operation, plan: Plan, operand: int,
                          window.stride, window.extent, window.dilation)
 
 
-def _permuted_halos(p: Partitioner, op: ir.Operation, plan: Plan, skip=()) -> list[Halo]:
+def _permuted_halos(p: PartitionContext, op: ir.Operation, plan: Plan, skip=()) -> list[Halo]:
     """`_window_halo` of every split dim of operand 0 (but `skip`)."""
     found = []
     for dim, dim_axes in enumerate(plan.required[0].dim_axes):
@@ -415,7 +416,7 @@ def _slice_attributes(op: ir.Operation):
             int_array(op.attributes["strides"]))
 
 
-def _slice_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _slice_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """Windows on split dims; a small slice of a split dim the result wants
     whole comes from its owner, where that moves less than the cheapest
     windowed plan.  The plan's `detail` is (windows, owned)."""
@@ -442,7 +443,7 @@ def _slice_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
     return plan
 
 
-def _own_pieces(p: Partitioner, op: ir.Operation, plan: Plan, owned) -> float:
+def _own_pieces(p: PartitionContext, op: ir.Operation, plan: Plan, owned) -> float:
     """Give `plan` the operand layout that leaves each owned slice with its
     owner, and return the bytes per device its broadcasts move."""
     dim_axes = list(plan.required[0].dim_axes)
@@ -459,7 +460,7 @@ def _own_pieces(p: Partitioner, op: ir.Operation, plan: Plan, owned) -> float:
 
 
 @strategy("stablehlo.slice", plan=_slice_plan)
-def emit_slice(p: Partitioner, op: ir.Operation, plan: Plan, operands):
+def emit_slice(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     n_in, m_out = shape_of(op.operands[0]), shape_of(op.results[0])
     starts, limits, strides = _slice_attributes(op)
     windows, owned = plan.detail
@@ -490,7 +491,7 @@ def emit_slice(p: Partitioner, op: ir.Operation, plan: Plan, operands):
     return [value]
 
 
-def _owned_slices(p: Partitioner, op: ir.Operation, plan: Plan, starts, strides):
+def _owned_slices(p: PartitionContext, op: ir.Operation, plan: Plan, starts, strides):
     """Dims the result wants whole although the operand is split there, whose
     slice lies inside one device's shard and is less than half the dim: the
     owner broadcasts it (a masked all-reduce, 2(p-1)/p of the slice) rather
@@ -515,7 +516,7 @@ def _owned_slices(p: Partitioner, op: ir.Operation, plan: Plan, starts, strides)
     return owned
 
 
-def _broadcast_piece(p: Partitioner, value: ir.Value, dim: int, axes: tuple, owner: int,
+def _broadcast_piece(p: PartitionContext, value: ir.Value, dim: int, axes: tuple, owner: int,
                      shard: int, start: int, size: int, stride: int) -> ir.Value:
     """Every device gets the `size` elements (every `stride`-th from global
     `start`) that the device at coordinate `owner` over `axes` holds."""
@@ -534,7 +535,7 @@ def _broadcast_piece(p: Partitioner, value: ir.Value, dim: int, axes: tuple, own
     return p.emitter.all_reduce(hlo.SelectOp(mask, piece, zeros(piece.type)).result, axes)
 
 
-def _pad_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _pad_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     n_in = shape_of(op.operands[0])
     low = int_array(op.attributes["edge_padding_low"])
     high = int_array(op.attributes["edge_padding_high"])
@@ -567,7 +568,7 @@ windowed_strategy("stablehlo.pad", _pad_plan)
 
 # ------------------------------------------------------- concatenate, reverse
 
-def _concatenate_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _concatenate_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     axis = ir.IntegerAttr(op.attributes["dimension"]).value
     sizes = [shape_of(v)[axis] for v in op.operands]
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
@@ -676,7 +677,7 @@ def _received(pieces: list[Piece]) -> int:
     return sum(max(x.size for x in group) for moves, group in permute_groups(pieces) if moves)
 
 
-def _pieces_plan(p: Partitioner, op: ir.Operation, plan: Plan, axis: int) -> Plan | None:
+def _pieces_plan(p: PartitionContext, op: ir.Operation, plan: Plan, axis: int) -> Plan | None:
     """A concatenation of slices or pads of one tensor x (a rotation, a
     wrap-around padding): each device's block is pieces of x's shards, sent
     straight from x (`Emitter.gather_pieces`) in as few collective_permutes
@@ -715,7 +716,7 @@ def _pieces_plan(p: Partitioner, op: ir.Operation, plan: Plan, axis: int) -> Pla
     return dataclasses.replace(plan, required=[None] * len(op.operands), detail=emit)
 
 
-def _reverse_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _reverse_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     shape = shape_of(op.results[0])
     dims = list(int_array(op.attributes["dimensions"]))
 
@@ -754,7 +755,7 @@ windowed_strategy("stablehlo.reverse", _reverse_plan)
 
 # ------------------------------------------------------------------ windows
 
-def _reduce_window_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _reduce_window_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     if len(op.results) != 1:
         return None
     rank = len(shape_of(op.operands[0]))
@@ -786,7 +787,7 @@ def _reduce_window_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 
 windowed_strategy("stablehlo.reduce_window", _reduce_window_plan)
 
-def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _convolution_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     rule = op_rules.rule_for(op)
     if rule is None:
         return None
@@ -919,7 +920,7 @@ def _convolution_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
 windowed_strategy("stablehlo.convolution", _convolution_plan)
 
 
-def _zero_padding(p: Partitioner, local: ir.Value, dim: int, dim_axes: tuple,
+def _zero_padding(p: PartitionContext, local: ir.Value, dim: int, dim_axes: tuple,
                   size: int) -> ir.Value:
     """`local` with the padding of an uneven split of `dim` zeroed."""
     if not dim_axes or size % p.mesh.axes_size(dim_axes) == 0:
@@ -927,7 +928,7 @@ def _zero_padding(p: Partitioner, local: ir.Value, dim: int, dim_axes: tuple,
     return p.emitter.mask_padding(local, dim, dim_axes, size)
 
 
-def _select_and_scatter_plan(p: Partitioner, op: ir.Operation) -> Plan | None:
+def _select_and_scatter_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     n_in, m_src = shape_of(op.operands[0]), shape_of(op.operands[1])
     rank = len(n_in)
     padding = padding_pairs(op, rank)
@@ -1009,7 +1010,7 @@ def fold_slices_of_pads(module: ir.Operation) -> None:
     Sharding constraints between the two that pin the pad's own sharding,
     and that nothing else reads, are looked through: they ask for no move.
     The slice's sharding is the new pad's.  A pad left unused is emitted,
-    then erased unused with the moves it made (`partitioner.erase_unused`).
+    then erased unused with the moves it made (`context.erase_unused`).
     """
     slices = []
 
