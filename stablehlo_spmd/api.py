@@ -88,21 +88,29 @@ def annotate(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet =
     return run_passes(text, Pipeline((AnnotatePass(rules=rule_set),)), filename)
 
 
-def propagate(text: str, filename: str = "<input>", engine: str = "spmd") -> str:
-    """Complete the shardings of an annotated module (GSPMD's sharding completion)."""
-    return run_passes(text, Pipeline((PropagatePass(engine=engine),)), filename)
+def propagate(text: str, filename: str = "<input>", engine: str = "spmd",
+              completion: str = "whole-program") -> str:
+    """Complete the shardings of an annotated module (GSPMD's sharding completion).
+
+    `completion` "whole-program" settles the choices the greedy pass
+    contests by the whole program's cost; "local" keeps the greedy pass's
+    answer (see `passes.propagate`).
+    """
+    return run_passes(text, Pipeline((PropagatePass(engine=engine, completion=completion),)),
+                      filename)
 
 
 def partition(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet = (),
-              filename: str = "<input>") -> str:
+              filename: str = "<input>", completion: str = "whole-program") -> str:
     """annotate -> propagate -> partition: per-device StableHLO text.
 
     The result is in the form `jax.shard_map` lowers to (global signature,
     ``sdy.manual_computation`` body), ready for `stablehlo_spmd.run`.
+    `completion` is propagation's (`propagate`).
     """
     rule_set = as_rule_set(rules, as_mesh(mesh) if mesh is not None else None)
-    pipeline = Pipeline((AnnotatePass(rules=rule_set), PropagatePass(), PartitionPass(),
-                         "canonicalize", "cse"))
+    pipeline = Pipeline((AnnotatePass(rules=rule_set), PropagatePass(completion=completion),
+                         PartitionPass(), "canonicalize", "cse"))
     return run_passes(text, pipeline, filename)
 
 

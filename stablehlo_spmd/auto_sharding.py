@@ -1,7 +1,7 @@
 """Automatic sharding: choose every value's layout from a mesh and a memory budget.
 
 This module is the search, over the same plain graph the propagation solver
-uses (`propagation.Node`s: an `OpRule` and value ids; shapes and element
+uses (`op_graph.Node`s: an `OpRule` and value ids; shapes and element
 sizes); the ``spmd-auto-shard`` pass builds the graph from a module and
 writes the answer back.  Every layout the search can pick is one the
 op-rule table allows, and every move between layouts is priced by the
@@ -105,14 +105,15 @@ import numpy as np
 
 from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.op_graph import NO_VALUE, Node
 from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
-from stablehlo_spmd.propagation import NO_VALUE, Node
 from stablehlo_spmd.reshard import ReshardError, plan
 from stablehlo_spmd.sharding import Sharding
 
 Axes = tuple[str, ...]
 WL_ROUNDS = 3
 TIE_BREAK = 1e-6
+PREFERENCE = 1e-3
 # How close to the optimum of its estimate the solver must prove a plan.
 # With memory bounded, closing the last percent or two is most of the
 # solve (the LP bound is weak there), and the estimate itself is only
@@ -189,6 +190,9 @@ class Graph:
     carried: Sequence[tuple[int, int]] = ()
     outputs: Iterable[int] = ()
     arguments: Iterable[int] = ()
+    # A layout per value that wins where plans tie: a plan pays `PREFERENCE`
+    # of a value's bytes per device for each value it lays out otherwise.
+    preferred: dict[int, Sharding] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -1026,9 +1030,32 @@ class Search:
                                         default=1.0)
             for _value, unit, per_device, _born, _last in memory:
                 linear[unit] = linear[unit] + tie_break * per_device
+            self._prefer(linear)
             self._built = (_Milp(self.units, self.variable_classes, linear, blocks), memory,
                            tie_break)
         return self._built
+
+    def _choices(self, values: Iterable[int]):
+        """(value, unit, its layout per strategy of the unit) for each of
+        `values` whose layout a unit decides (not one built from scalars)."""
+        for value in values:
+            if value in self.free_sources:
+                continue
+            found = self.value_layouts(value)
+            if found is not None:
+                yield value, *found
+
+    def _prefer(self, linear) -> None:
+        """Charge each strategy `PREFERENCE` of the bytes per device of every
+        value it lays out otherwise than `Graph.preferred` says."""
+        preferred = self.graph.preferred
+        for value, unit, options in self._choices(preferred):
+            wanted = preferred[value]
+            key = (wanted.dim_axes, wanted.unreduced)
+            held = self.nbytes[value] / max(1, _shards(self.layouts, wanted))
+            linear[unit] = linear[unit] + np.array(
+                [0.0 if layout is None or (layout.dim_axes, layout.unreduced) == key
+                 else PREFERENCE * held for layout in options])
 
     def solve(self, memory_budget: float | None, time_limit: float = 60.0) -> Plan:
         started = time.perf_counter()
@@ -1291,13 +1318,7 @@ class Search:
         layouts: list[Sharding | None] = [None] * len(graph.shapes)
         why = [""] * len(graph.shapes)
         sharing = collections.Counter(self.variable_classes)
-        for value in range(len(graph.shapes)):
-            if value in self.free_sources:
-                continue
-            found = self.value_layouts(value)
-            if found is None:
-                continue
-            unit, options = found
+        for value, unit, options in self._choices(range(len(graph.shapes))):
             layouts[value] = options[strategies[unit]]
             owner = self.units[unit]
             shared = sharing[self.variable_classes[unit]]
@@ -1699,11 +1720,12 @@ class _Milp:
         # without presolve on every model measured (Mixtral's step 3.6 s
         # -> 1.9 s), and a warm start skips it anyway.
         highs.setOptionValue("presolve", "off")
-        # The dual simplex with parallel minor iterations (PAMI) takes the
-        # same pivots to the same solution, bit for bit, on more threads:
-        # BERT's training step's LPs 1.45 s and 2.9 s -> 1.15 s and 2.0 s
-        # on two cores.
-        highs.setOptionValue("simplex_strategy", 2)
+        # The serial dual simplex.  The parallel one (PAMI) was 20% faster
+        # on an idle machine, but with another process on the cores its
+        # threads wait on each other: Llama's 2-layer step's LP took 1.4 s,
+        # then 16 s and 25 s on the same input (serial: 1.7-2.4 s).  Every
+        # ``spmd-propagate`` runs this LP now, on whatever else is running.
+        highs.setOptionValue("simplex_strategy", 1)
         highs.passModel(lp)
         return highs
 

@@ -66,6 +66,13 @@ work is linear in the graph times the (small) number of refinements.
 Each value remembers the node and the neighbouring value its sharding came
 from, so `explain` can walk the chain back to the user's annotation.
 
+The greedy resolution is right at each node and blind beyond it, so the
+solver records the nodes where a candidate lost (`contested`): two
+candidates for one factor, one axis wanted by two factors, or a split a
+NEED_REPLICATION factor drops.  The ``spmd-propagate`` pass settles those
+by the whole program's cost and runs the solver again with the settled
+dims fixed (`settle`); see `passes.propagate.settle_contests`.
+
 Every sum is priced by the reshard planner (`reshard.plan`), the cost model
 the partitioner uses to emit it, in bytes per device: values carry their
 element sizes so that a partial in bf16 and one in f32 are told apart.
@@ -79,27 +86,16 @@ import heapq
 from typing import Iterable, Sequence
 
 from stablehlo_spmd.mesh import Mesh
+from stablehlo_spmd.op_graph import NO_VALUE, Node
 from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
 from stablehlo_spmd.reshard import plan, plan_cost
 from stablehlo_spmd.sharding import Sharding
 
 Axes = tuple[str, ...]
-NO_VALUE = -1
 # Ops that take their operand's sharding forward in the pass-through stages,
 # as Shardy's op priorities do: a slice's result is small, so reading the
 # operand where it lies and moving the slice is the cheap order.
 _FORWARD_PASS_THROUGH = frozenset({"stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice"})
-
-
-@dataclasses.dataclass
-class Node:
-    rule: OpRule
-    operands: list[int]
-    results: list[int]
-    label: str               # op name, or "tie" for identities between tied values
-    is_broadcast: bool = False
-    is_tie: bool = False
-    directions: str = "both"  # or "forward", "backward", "none" (a propagation barrier)
 
 
 @dataclasses.dataclass
@@ -152,6 +148,11 @@ class Propagator:
         # each partial value carries, and the roots chosen to be summed at once.
         self.roots: list[frozenset[int]] = [frozenset()] * len(self.shapes)
         self.sum_at_origin: set[int] = set()
+        # Nodes where two candidates wanted one axis and the larger tensor's
+        # won: the choices a local rule makes blind to what follows
+        # (``spmd-propagate`` settles them by the whole program's cost).
+        self.contested: set[int] = set()
+        self._contested = False
         self._dirty = set(range(len(self.nodes)))
         self.held: list[tuple[int, int, int, Axes, bool]] = []  # (priority, value, dim, axes, closed)
         self._projections: dict[tuple, list] = {}
@@ -195,6 +196,13 @@ class Propagator:
                 state.dims[dim] = ()
                 state.closed_dims = state.closed_dims | {dim}
                 state.reserved = state.reserved | set(axes)
+
+    def settle(self, value: int, sharding: Sharding, annotation: str) -> None:
+        """Fix `value`'s dims to `sharding`'s, as a pin does, but leave
+        whether it is a partial sum, and where that is summed, to
+        propagation (`ModuleGraph`'s settling of contests)."""
+        self.pin(value, sharding.reduced(), annotation)
+        self.states[value].pinned = False
 
     # ---------------------------------------------------------------- run
 
@@ -369,6 +377,8 @@ class Propagator:
                    for v, _ in tensors):
             return []
         winners = self._resolve(rule, tensors)
+        if self._contested:
+            self.contested.add(index)
         changed = []
         operand_count = len(node.operands)
         # Results first: what they end up holding may cap what the operands
@@ -412,6 +422,7 @@ class Propagator:
     def _resolve(self, rule: OpRule, tensors) -> list[tuple[Axes, int, int]]:
         """Per factor: (axes, weight, source value) of the winning candidate."""
         best: list[tuple[Axes, int, int]] = [((), -1, NO_VALUE)] * rule.num_factors
+        contested = False
         for value, dim_factors in tensors:
             if value == NO_VALUE:
                 continue
@@ -434,8 +445,10 @@ class Propagator:
                         best[factor] = (factor_axes, max(weight, current[1]), value)
                     elif _is_prefix(factor_axes, current[0]):
                         continue
-                    elif weight > current[1]:
-                        best[factor] = (factor_axes, weight, value)
+                    else:
+                        contested = True
+                        if weight > current[1]:
+                            best[factor] = (factor_axes, weight, value)
         kinds = rule.factor_kinds
         # Until partial sums may be born, a REDUCTION factor yields a
         # contested axis: the result dims keep the split, and the partitioner
@@ -450,14 +463,17 @@ class Propagator:
             axes, weight, source = best[factor]
             if kinds[factor] is FactorKind.NEED_REPLICATION:
                 best[factor] = ((), -1, NO_VALUE)
+                contested = True
                 continue
             kept = []
             for axis in axes:
                 if axis in used:
+                    contested = True
                     break
                 kept.append(axis)
             used.update(kept)
             best[factor] = (tuple(kept), weight, source)
+        self._contested = contested
         return best
 
     def _refine(self, value: int, dim_factors, rule: OpRule, winners, node_index: int,

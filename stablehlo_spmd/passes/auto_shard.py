@@ -48,14 +48,15 @@ from jaxlib.mlir import ir
 
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.auto_sharding import (
-    CostModel, Graph, InfeasibleBudget, Plan, Search, SearchTimeLimit, format_bytes)
+    CostModel, InfeasibleBudget, Plan, Search, SearchTimeLimit, format_bytes)
 from stablehlo_spmd.errors import ShardingError, SpmdError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     checked_mesh, import_shardy, untuple_custom_calls)
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.passes.propagate import ModuleGraph
-from stablehlo_spmd.propagation import NO_VALUE, ValueState
+from stablehlo_spmd.op_graph import NO_VALUE
+from stablehlo_spmd.propagation import ValueState
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -151,14 +152,14 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass,
     if found is None:
         return None
     graph, mesh = found
-    entry = _entry_name(graph)
+    entry = graph.entry_name()
     where = graph.functions[entry].location
     measure = memory_check(mesh) if pristine is not None else None
     if pristine is not None and measure is None:
         diagnostics.warning(where, "spmd-auto-shard: the plan's memory is the search's estimate "
                             f"only: this process cannot compile for the mesh's {mesh.size} "
                             "devices to measure it")
-    searcher = Search(_search_graph(graph, mesh, entry), cost_model)
+    searcher = Search(graph.search_graph(carried_pairs(*graph.entry_values())), cost_model)
     try:
         if measure is None:
             plan = searcher.solve(budget, options.time_limit)
@@ -380,35 +381,6 @@ def _bracketed_limit(seen: list[Plan], budget: float) -> float | None:
         (high.peak_memory - low.peak_memory) / (high.measured_memory - low.measured_memory))
 
 
-def _entry_name(graph: ModuleGraph) -> str:
-    names = list(graph.functions)
-    public = [n for n, f in graph.functions.items()
-              if "sym_visibility" not in f.attributes
-              or ir.StringAttr(f.attributes["sym_visibility"]).value == "public"]
-    return "main" if "main" in names else (public or names)[0]
-
-
-def _search_graph(graph: ModuleGraph, mesh: Mesh, entry: str) -> Graph:
-    pins = {}
-    open_dims = {}
-    for pin in graph.pins:
-        pins[pin.value] = pin.sharding
-        if pin.sharding.open_dims:
-            open_dims[pin.value] = pin.sharding.open_dims
-    arguments, results = [], []
-    for value, index, _annotated in graph.result_slots:
-        if index == NO_VALUE or _function_name(value.owner) != entry:
-            continue
-        (arguments if value.kind == "argument" else results).append((value, index))
-    return Graph(mesh, graph.shapes, graph.element_bytes, graph.nodes, pins, open_dims,
-                 carried_pairs(arguments, results), [i for _, i in results],
-                 [i for _, i in arguments])
-
-
-def _function_name(func: ir.Operation) -> str:
-    return ir.StringAttr(func.attributes["sym_name"]).value
-
-
 _HEAD = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*)((?:\[.*\])?)$")
 _FIRST_INDEX = re.compile(r"^\[(\d+)\]")
 
@@ -458,9 +430,7 @@ def _rows(graph: ModuleGraph, plan: Plan, entry: str):
     """The table's rows: every argument of the entry function, then the ten
     largest values computed inside it."""
     rows = []
-    for value, index, _annotated in graph.result_slots:
-        if index == NO_VALUE or value.kind != "argument" or _function_name(value.owner) != entry:
-            continue
+    for value, index in graph.entry_values()[0]:
         layout = plan.layouts[index]
         rows.append(("argument", value.name or f"#{value.index}",
                      str(layout) if layout is not None else "?",

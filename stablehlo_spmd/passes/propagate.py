@@ -16,6 +16,10 @@ Options:
            converted back to mhlo.sharding; see `shardy_engine.py`)
   explain  emit a remark per value: its sharding and the chain it came through
   origins  also write that chain as a ``spmd.origin`` string attribute
+  completion
+           "whole-program" (the default): the greedy pass, then its contested
+           choices settled by the whole program's cost (`settle_contests`);
+           "local": the greedy pass alone, GSPMD's and Shardy's answer
 
 An op with no rule runs on whole values, with a warning at its location;
 its results are still free for their users to shard, as in Shardy.
@@ -31,12 +35,13 @@ uneven splits.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple, Sequence
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from stablehlo_spmd import call_graph, diagnostics, op_rules
+from stablehlo_spmd.auto_sharding import Graph as SearchGraph, Search, SearchTimeLimit
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
@@ -47,8 +52,9 @@ from stablehlo_spmd.module_shardings import (
     is_entry, is_sharding_constraint, read_hlo, read_open_dims, read_priorities,
     set_attrs, sharding_attr, untuple_custom_calls, write_mesh)
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
+from stablehlo_spmd.op_graph import NO_VALUE, Node
 from stablehlo_spmd.passes import ModulePass, register_pass
-from stablehlo_spmd.propagation import NO_VALUE, Node, Propagator
+from stablehlo_spmd.propagation import Propagator
 from stablehlo_spmd.shapes import element_bytes, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
 
@@ -77,11 +83,16 @@ class PropagatePass(ModulePass):
     engine: str = "spmd"
     explain: bool = False
     origins: bool = False
+    completion: str = "whole-program"
 
     def run(self, module: ir.Operation) -> None:
         if self.engine not in ("spmd", "shardy"):
             diagnostics.error(module.location, f"unknown propagation engine '{self.engine}' "
                               "(expected 'spmd' or 'shardy')")
+            return
+        if self.completion not in COMPLETIONS:
+            diagnostics.error(module.location, f"unknown completion '{self.completion}' "
+                              "(expected 'whole-program' or 'local')")
             return
         try:
             import_shardy(module, lower_manual=self.engine == "spmd")
@@ -113,8 +124,90 @@ class PropagatePass(ModulePass):
         if graph is None:
             return
         graph.solver.run()
+        if self.completion == "whole-program":
+            settle_contests(graph)
         graph.write(module, mesh, self.explain, self.origins)
         call_graph.merge(flat)
+
+
+COMPLETIONS = ("whole-program", "local")
+# How long the search may take to settle the contests; past it the greedy
+# answer stands (with a warning).
+SETTLE_SECONDS = 30.0
+SETTLE_ROUNDS = 8
+
+
+def settle_contests(graph: "ModuleGraph") -> bool:
+    """Decide the greedy pass's contested choices by the whole program's cost.
+
+    Where two candidates wanted one mesh axis at a node, the greedy pass
+    gave it to the larger tensor: right at the node, blind to what the
+    choice forces downstream (an embedding table's FSDP split of the hidden
+    dim, taken over the batch split of the ids, leaves every later matmul
+    moving activations instead of gathering a weight shard).  The search
+    (`auto_sharding.Search`: the same op-rule strategies, every move priced
+    by the reshard planner) solves the whole program with the user's
+    shardings pinned and the greedy answer preferred where plans tie
+    (`auto_sharding.Graph.preferred`).  Each contested node whose result
+    the search lays out otherwise is pinned to the search's layout and the
+    greedy pass runs again from the user's shardings: every uncontested
+    choice stays the greedy pass's (halos, uneven splits and partial sums
+    the search does not model stay as GSPMD makes them), and `explain`
+    names the search as where the settled layouts came from.  Returns
+    whether anything changed.
+    """
+    solver = graph.solver
+    if graph.mesh.size == 1 or not solver.contested or graph.manual or graph.groups \
+            or any(pin.priorities for pin in graph.pins):
+        # Shardy's priorities and sharding groups order the propagation
+        # themselves; a manual region's axes are not the search's to deal.
+        return False
+    search_graph = graph.search_graph()
+    search_graph.preferred = {v: solver.sharding(v) for v in range(len(graph.shapes))}
+    search = Search(search_graph)
+    try:
+        plan = search.solve(None, SETTLE_SECONDS)
+    except SearchTimeLimit:
+        diagnostics.warning(graph.functions[graph.entry_name()].location,
+                            "spmd-propagate: the whole-program search found no plan within "
+                            f"{SETTLE_SECONDS:.0f} s; contested shardings keep the local choice")
+        return False
+    settled: dict[int, Sharding] = {}
+    # A settled choice may move a contest elsewhere (a batch split that now
+    # reaches a matmul meets the weight's split there): settle again until
+    # no contest is left that the plan decides otherwise.
+    for _round in range(SETTLE_ROUNDS):
+        unsettled = {}
+        for index in sorted(solver.contested):
+            for value in graph.nodes[index].results:
+                layout = plan.layouts[value] if value != NO_VALUE else None
+                if layout is None or value in graph.pinned or value in settled:
+                    continue
+                found = solver.sharding(value)
+                if found.dim_axes != layout.dim_axes and _weighed(search, value, found):
+                    unsettled[value] = layout
+        if not unsettled:
+            break
+        settled.update(unsettled)
+        solver = graph.solver = graph.new_solver()
+        for value, layout in settled.items():
+            solver.settle(value, layout, f"the whole program's cost ({plan.why[value]})")
+        solver.run()
+    return bool(settled)
+
+
+def _weighed(search: Search, value: int, layout: Sharding) -> bool:
+    """Whether the search priced `layout` for `value` among its choices.
+
+    The search deals axes to pass-through and reduction factors only, in
+    even splits; a greedy choice it cannot make (a window split that a
+    halo serves, an uneven split) it never priced, so it has no say there.
+    """
+    found = search.value_layouts(value)
+    key = (layout.dim_axes, layout.unreduced)
+    return found is not None and any(
+        option is not None and (option.dim_axes, option.unreduced) == key
+        for option in found[1])
 
 
 class ModuleGraph:
@@ -162,11 +255,47 @@ class ModuleGraph:
             graph._add_function(func)
         if not graph.ok:
             return None
-        graph.solver = Propagator(mesh, graph.shapes, graph.nodes, graph.element_bytes)
-        for pin in graph.pins:
-            graph.solver.pin(pin.value, pin.sharding, pin.annotation, pin.priorities,
-                             pin.replicated)
+        graph.solver = graph.new_solver()
         return graph
+
+    def new_solver(self) -> Propagator:
+        """A greedy solver over this graph with the user's shardings pinned."""
+        solver = Propagator(self.mesh, self.shapes, self.nodes, self.element_bytes)
+        for pin in self.pins:
+            solver.pin(pin.value, pin.sharding, pin.annotation, pin.priorities, pin.replicated)
+        return solver
+
+    def entry_name(self) -> str:
+        """The function whose arguments and results are the program's."""
+        names = list(self.functions)
+        public = [n for n, f in self.functions.items()
+                  if "sym_visibility" not in f.attributes
+                  or ir.StringAttr(f.attributes["sym_visibility"]).value == "public"]
+        return "main" if "main" in names else (public or names)[0]
+
+    def search_graph(self, carried: Sequence[tuple[int, int]] = ()) -> SearchGraph:
+        """What the search reads: this graph, the user's shardings as hard
+        constraints (open dims may still be split), the entry function's
+        arguments and results, and `carried` (argument, result) pairs that
+        must share a layout."""
+        pins = {pin.value: pin.sharding for pin in self.pins}
+        open_dims = {pin.value: pin.sharding.open_dims for pin in self.pins
+                     if pin.sharding.open_dims}
+        arguments, results = self.entry_values()
+        return SearchGraph(self.mesh, self.shapes, self.element_bytes, self.nodes, pins,
+                           open_dims, carried, [i for _, i in results],
+                           [i for _, i in arguments])
+
+    def entry_values(self) -> tuple[list, list]:
+        """The entry function's (argument, value id) and (result, value id) pairs."""
+        entry = self.entry_name()
+        arguments, results = [], []
+        for value, index, _annotated in self.result_slots:
+            if index == NO_VALUE or \
+                    ir.StringAttr(value.owner.attributes["sym_name"]).value != entry:
+                continue
+            (arguments if value.kind == "argument" else results).append((value, index))
+        return arguments, results
 
     def _value(self, value: ir.Value, describe) -> int:
         found = self.ids.get(value)

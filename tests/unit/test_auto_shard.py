@@ -20,8 +20,8 @@ from stablehlo_spmd.auto_sharding import Search, _Milp, _Unit
 from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.ir import make_context, parse_module
 from stablehlo_spmd.mesh import Mesh
-from stablehlo_spmd.passes.auto_shard import (AutoShardPass, _bracketed_limit, _entry_name, _read,
-                                              _search_graph, auto_shard_module, parse_bytes)
+from stablehlo_spmd.passes.auto_shard import (AutoShardPass, _bracketed_limit, _read,
+                                              auto_shard_module, carried_pairs, parse_bytes)
 
 HIDDEN, BATCH = 512, 8
 WEIGHT_BYTES = HIDDEN * HIDDEN * 4          # 1 MiB each
@@ -662,7 +662,7 @@ def demo_step_search():
     with make_context() as context:
         module = parse_module(text, "<test>", context)
         graph, mesh = _read(module.operation, Mesh.from_string("data=4,model=2"))
-        search = Search(_search_graph(graph, mesh, _entry_name(graph)))
+        search = Search(graph.search_graph(carried_pairs(*graph.entry_values())))
     free = search.solve(None)
     tight = search.solve(0.8 * free.peak_memory)
     return search, free, tight, search._reference

@@ -18,7 +18,8 @@ from stablehlo_spmd.ir import make_context, parse_module
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import MHLO_SHARDING, functions, read_mesh
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
-from stablehlo_spmd.propagation import Node, Propagator
+from stablehlo_spmd.op_graph import Node
+from stablehlo_spmd.propagation import Propagator
 from stablehlo_spmd.sharding import Sharding
 
 X = ("x",)

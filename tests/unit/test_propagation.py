@@ -20,7 +20,8 @@ import pytest
 
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.op_rules import FactorKind, OpRule, RuleBuilder, UnreducedFlow
-from stablehlo_spmd.propagation import Node, Origin, Propagator
+from stablehlo_spmd.op_graph import Node
+from stablehlo_spmd.propagation import Origin, Propagator
 from stablehlo_spmd.sharding import Sharding
 
 MESH = Mesh.from_string("x=2,y=4")

@@ -1,4 +1,5 @@
 // RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate | FileCheck %s
+// RUN: stablehlo-spmd-opt %s --split-input-file --pass-pipeline='builtin.module(spmd-propagate{completion=local})' | FileCheck %s --check-prefix=LOCAL
 
 // Megatron's MLP on a 2x2 (data, model) mesh: x batch-sharded, w1 column-
 // and w2 row-sharded.  The hidden activation is sharded on both; the second
@@ -99,16 +100,26 @@ module attributes {spmd.mesh = #sdy.mesh<["data"=4]>} {
 // -----
 
 // An embedding lookup under FSDP: the table's rows and the ids' batch both
-// over `data`.  The ids reach the gather through a broadcast that only adds
-// a unit dim (a reshape, so it runs forward with the other ops); the lookup
-// keeps the batch split rather than leaving every embedding a partial sum,
-// and the matmul after it keeps it too (the weight's contracting split
-// yields).
+// over `data`, contesting the one axis at the gather.  The greedy pass
+// (LOCAL) gives it to the batch: the ids reach the gather through a
+// broadcast that only adds a unit dim (a reshape, so it runs forward with
+// the other ops), the lookup keeps the batch split rather than leaving
+// every embedding a partial sum, and the matmul after it keeps it too (the
+// weight's contracting split yields).  At these sizes (a 32 KB table, 8
+// ids) the whole program's cost settles the contest the other way: each
+// device looks up its own rows into a Partial embedding, summed once, and
+// the matmul splits the weight's columns; its collectives move 1,176 bytes
+// per device against the batch split's 1,272.
 
 // CHECK-LABEL: func.func @embedding_then_matmul
-// CHECK: %[[I:.*]] = stablehlo.broadcast_in_dim %arg1, dims = [0] {mhlo.sharding = "{devices=[4,1]<=[4]}"}
-// CHECK: %[[E:.*]] = "stablehlo.gather"(%arg0, %[[I]]){{.*}}mhlo.sharding = "{devices=[4,1]<=[4]}"
-// CHECK: stablehlo.dot_general %[[E]], %arg2{{.*}}mhlo.sharding = "{devices=[4,1]<=[4]}"
+// CHECK: %[[E:.*]] = "stablehlo.gather"(%arg0, %{{.*}}){{.*}}mhlo.sharding = "{unreduced}"
+// CHECK: %[[S:.*]] = stablehlo.custom_call @Sharding(%[[E]]) {mhlo.sharding = "{replicated}"}
+// CHECK: stablehlo.dot_general %[[S]], %arg2{{.*}}mhlo.sharding = "{devices=[1,4]<=[4]}"
+
+// LOCAL-LABEL: func.func @embedding_then_matmul
+// LOCAL: %[[I:.*]] = stablehlo.broadcast_in_dim %arg1, dims = [0] {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// LOCAL: %[[E:.*]] = "stablehlo.gather"(%arg0, %[[I]]){{.*}}mhlo.sharding = "{devices=[4,1]<=[4]}"
+// LOCAL: stablehlo.dot_general %[[E]], %arg2{{.*}}mhlo.sharding = "{devices=[4,1]<=[4]}"
 module attributes {spmd.mesh = #sdy.mesh<["data"=4]>} {
   func.func @embedding_then_matmul(
       %table: tensor<512x16xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},

@@ -1,4 +1,5 @@
 // RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate | FileCheck %s
+// RUN: stablehlo-spmd-opt %s --split-input-file --pass-pipeline='builtin.module(spmd-propagate{completion=local})' | FileCheck %s --check-prefix=LOCAL
 
 // Shardy's open dims ({?}, what jax's PartitionSpec.UNCONSTRAINED lowers
 // to) are the user's leave to split a dim further: the open argument takes
@@ -80,8 +81,15 @@ func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a
 
 // -----
 
+// The contrast: without priorities the rows win "a" (the LOCAL run, the greedy
+// pass, Shardy's answer).  The contest settled by the whole program's cost
+// keeps the rows and, the rows of %arg0 being open, splits them over "b"
+// too: the same bytes moved (one all-to-all of %arg1), half the bytes held.
+
 // CHECK-LABEL: func.func @main
-// CHECK: %[[SUM:.*]] = stablehlo.add %arg0, %arg1 {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
+// CHECK-SAME: %arg0: tensor<8x8xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// CHECK: %[[SUM:.*]] = stablehlo.add %arg0, %arg1 {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+// LOCAL: %[[SUM:.*]] = stablehlo.add %arg0, %arg1 {mhlo.sharding = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}
 sdy.mesh @mesh = <["a"=2, "b"=2]>
 func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a", ?}, {?}]>},
                 %arg1: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{?}, {"a", ?}]>}) -> tensor<8x8xf32> {
