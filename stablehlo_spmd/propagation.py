@@ -69,9 +69,9 @@ from, so `explain` can walk the chain back to the user's annotation.
 The greedy resolution is right at each node and blind beyond it, so the
 solver records the nodes where a candidate lost (`contested`): two
 candidates for one factor, one axis wanted by two factors, or a split a
-NEED_REPLICATION factor drops.  The ``spmd-propagate`` pass settles those
-by the whole program's cost and runs the solver again with the settled
-dims fixed (`settle`); see `passes.propagate.settle_contests`.
+NEED_REPLICATION factor drops.  Where there are any, the ``spmd-propagate``
+pass completes by the whole program's cost and runs the solver again from
+what that settled, pinned; see `passes.propagate.settle_contests`.
 
 Every sum is priced by the reshard planner (`reshard.plan`), the cost model
 the partitioner uses to emit it, in bytes per device: values carry their
@@ -196,13 +196,6 @@ class Propagator:
                 state.dims[dim] = ()
                 state.closed_dims = state.closed_dims | {dim}
                 state.reserved = state.reserved | set(axes)
-
-    def settle(self, value: int, sharding: Sharding, annotation: str) -> None:
-        """Fix `value`'s dims to `sharding`'s, as a pin does, but leave
-        whether it is a partial sum, and where that is summed, to
-        propagation (`ModuleGraph`'s settling of contests)."""
-        self.pin(value, sharding.reduced(), annotation)
-        self.states[value].pinned = False
 
     # ---------------------------------------------------------------- run
 

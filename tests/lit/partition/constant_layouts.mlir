@@ -1,4 +1,8 @@
-// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate --spmd-partition | FileCheck %s
+// RUN: stablehlo-spmd-opt %s --split-input-file --pass-pipeline='builtin.module(spmd-propagate{completion=local},spmd-partition)' | FileCheck %s
+
+// These check how the partitioner makes constants in the layouts the greedy
+// pass gives them (completion=local); the whole-program completion may lay
+// a constant out whole instead, which moves as little.
 
 // A value made from nothing (an iota, a constant) costs nothing to read in
 // a new layout: every device makes its own block of it.  The dot reads one

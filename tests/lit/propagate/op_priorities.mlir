@@ -1,8 +1,10 @@
-// RUN: stablehlo-spmd-opt %s --split-input-file --spmd-propagate | FileCheck %s
+// RUN: stablehlo-spmd-opt %s --split-input-file --pass-pipeline='builtin.module(spmd-propagate{completion=local})' | FileCheck %s
 
 // Shardy's first op priority: an element-wise op or a dynamic slice whose
 // operand has other readers waits until the ops with single-reader operands
-// have propagated.
+// have propagated.  The order is the greedy pass's, so it runs alone here
+// (completion=local): where candidates contest an axis the default pass
+// settles them by the whole program's cost instead (propagate/dot_and_shapes).
 
 // The slice is read by two ops, so the returned column split does not reach
 // it backward before the table's row split reaches it forward: the 16x4
