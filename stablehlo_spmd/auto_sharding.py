@@ -870,25 +870,34 @@ class Search:
             unit = self.unit_of_node.get(index, -1)
             if unit < 0:
                 continue
-            node = self.graph.nodes[index]
             strategies = self.node_strategy[index]
             linear[unit] += np.array([s.cost for s in strategies])
-            for position, value in enumerate(node.operands):
+            for position, value in enumerate(self.graph.nodes[index].operands):
                 if value in self.free_sources:
                     # A constant is no partial sum: laid out Partial, every
                     # device would hold all of it, and the sum N times it.
                     linear[unit] += np.array([
                         math.inf if s.operands[position] is not None
                         and s.operands[position].unreduced else 0.0 for s in strategies])
-                    continue
-                if value == NO_VALUE:
+        for pair in self._pairs():
+            add_pair(*pair)
+        return linear, blocks
+
+    def _pairs(self):
+        """(producer unit, the layout it writes a value in per strategy, reader
+        unit, the layout it reads it in per strategy, the value): every edge
+        a cost matrix prices."""
+        for index in self.real_nodes:
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0:
+                continue
+            strategies = self.node_strategy[index]
+            for position, value in enumerate(self.graph.nodes[index].operands):
+                if value == NO_VALUE or value in self.free_sources:
                     continue
                 found = self.value_layouts(value)
-                if found is None:
-                    continue
-                source_unit, source_layouts = found
-                add_pair(source_unit, source_layouts, unit,
-                         [s.operands[position] for s in strategies], value)
+                if found is not None:
+                    yield (*found, unit, [s.operands[position] for s in strategies], value)
         # Producers into classes that are units of their own.
         for root, unit in self.unit_of_class.items():
             for node, position in self.producers.get(root, ()):
@@ -896,9 +905,23 @@ class Search:
                 if producer_unit < 0:
                     continue
                 value = self.graph.nodes[node].results[position]
-                add_pair(producer_unit, [s.results[position] for s in self.node_strategy[node]],
-                         unit, self.units[unit].strategies, value)
-        return linear, blocks
+                yield (producer_unit, [s.results[position] for s in self.node_strategy[node]],
+                       unit, self.units[unit].strategies, value)
+
+    def pricings(self) -> int:
+        """How many moves building the problem prices: per kind of edge, its
+        distinct written layouts times its distinct read ones.  Known before
+        any is priced; each costs microseconds to tens of them (a mesh of
+        three axes deals many more layouts to a rank-4 tensor than one of two)."""
+        seen, total = set(), 0
+        for _unit_a, layouts_a, _unit_b, layouts_b, value in self._pairs():
+            rows, cols = _distinct(layouts_a)[0], _distinct(layouts_b)[0]
+            key = (tuple(map(id, rows)), tuple(map(id, cols)), self.graph.shapes[value],
+                   self.graph.element_bytes[value])
+            if key not in seen:
+                seen.add(key)
+                total += len(rows) * len(cols)
+        return total
 
     def _memory_terms(self):
         """Per buffer: (class root, unit, bytes per device per strategy, born, last use).

@@ -134,6 +134,10 @@ COMPLETIONS = ("whole-program", "local")
 # How long the search may take to settle the contests; past it the greedy
 # answer stands (with a warning).
 SETTLE_SECONDS = 30.0
+# How many moves the search may price to weigh the whole program: about 10 s
+# on one core of this project's CI machine.  Llama-3-8B's 2-D step prices
+# 0.1M on a mesh of two axes; on data x fsdp x model it would price 6M, 4 min.
+SETTLE_PRICINGS = 1_000_000
 SETTLE_ROUNDS = 8
 
 
@@ -171,6 +175,13 @@ def settle_contests(graph: "ModuleGraph") -> bool:
     search_graph = graph.search_graph()
     search_graph.preferred = {v: solver.sharding(v) for v in range(len(graph.shapes))}
     search = Search(search_graph)
+    pricings = search.pricings()
+    if pricings > SETTLE_PRICINGS:
+        diagnostics.warning(graph.functions[graph.entry_name()].location,
+                            "spmd-propagate: contested shardings keep the local choice: weighing "
+                            f"the whole program would price {pricings:,} moves (more than "
+                            f"{SETTLE_PRICINGS:,}); completion=local says the same without this")
+        return False
     try:
         plan = search.solve(None, SETTLE_SECONDS)
     except SearchTimeLimit:
