@@ -319,17 +319,24 @@ def _against_one_device(text: str, mesh: str, rules: list, leaves: list, names: 
         got = ss.run(ss.partition(text, ss.Mesh.from_string(mesh), rules), leaves)
     result.unmatched_rules = {found.group(0) for w in caught
                               if (found := re.search(f"rule .* {UNMATCHED}", str(w.message)))}
-    want = ss.run_single_device(text, leaves)
+    worst, problems = compare_outputs(names, got, ss.run_single_device(text, leaves), RTOL, ATOL)
+    result.one_device_error, result.mismatch = worst, ", ".join(problems)
+
+
+def compare_outputs(names: list[str], got: list, want: list, rtol: float,
+                    atol: float) -> tuple[float, list[str]]:
+    """(max |got - want| over every output, the outputs (`names`) not allclose,
+    with their max |diff|; a count that differs is one more problem)."""
     worst, problems = 0.0, []
     for name, a, b in zip(names, got, want):
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
         error = float(np.max(np.abs(a - b))) if a.size and a.shape == b.shape else math.inf
         worst = max(worst, error)
-        if a.shape != b.shape or not np.allclose(a, b, rtol=RTOL, atol=ATOL):
+        if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol):
             problems.append(f"{name} (max |diff| {error:.3g})")
     if len(got) != len(want):
         problems.append(f"{len(got)} results, {len(want)} on one device")
-    result.one_device_error, result.mismatch = worst, ", ".join(problems)
+    return worst, problems
 
 
 def measure(model: Model, keras_model, rule_set: str, program: str, repeat: int,

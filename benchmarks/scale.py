@@ -159,7 +159,7 @@ from hlo_collectives import (  # noqa: E402
     collective_cost, collectives, emitted_collectives, fmt_bytes, total_bytes)
 from real_models import (  # noqa: E402
     ATTENTION_OUT, BATCH_NAMES, EMBEDDING, MLP_IN, MLP_OUT, POSITIONS, QKV,
-    REVERSE_EMBEDDING, megatron, two_d)
+    REVERSE_EMBEDDING, compare_outputs, megatron, two_d)
 from report import Memory, counts, ratio, ratio_value, revision  # noqa: E402
 
 if _FLAGS_BEFORE is None:
@@ -893,15 +893,7 @@ def run_sample_cell(cell: Cell) -> SampleResult:
         want = ss.run_single_device(text, leaves)
         names = ["result" + jax.tree_util.keystr(path) for path, _ in
                  jax.tree_util.tree_flatten_with_path(jax.eval_shape(fn, *args))[0]]
-        worst, problems = 0.0, []
-        for name, a, b in zip(names, got, want):
-            a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-            error = float(np.max(np.abs(a - b))) if a.size and a.shape == b.shape else math.inf
-            worst = max(worst, error)
-            if a.shape != b.shape or not np.allclose(a, b, rtol=SAMPLE_RTOL, atol=SAMPLE_ATOL):
-                problems.append(f"{name} (max |diff| {error:.3g})")
-        if len(got) != len(want):
-            problems.append(f"{len(got)} results, {len(want)} on one device")
+        worst, problems = compare_outputs(names, got, want, SAMPLE_RTOL, SAMPLE_ATOL)
         result.max_error, result.mismatch = worst, ", ".join(problems[:6]) + (
             f" and {len(problems) - 6} more" if len(problems) > 6 else "")
     except Exception as error:  # noqa: BLE001

@@ -845,10 +845,7 @@ class Search:
         def add_pair(unit_a: int, layouts_a: list, unit_b: int, layouts_b: list, value: int):
             # cost[s, t] of unit_a's strategy s giving `value` in layouts_a[s] and
             # unit_b's strategy t reading it in layouts_b[t]
-            rows = _distinct(layouts_a)
-            cols = _distinct(layouts_b)
-            key = (tuple(map(id, rows[0])), tuple(map(id, cols[0])), self.graph.shapes[value],
-                   self.graph.element_bytes[value])
+            rows, cols, key = self._edge_kind(layouts_a, layouts_b, value)
             small = matrices.get(key)
             if small is None:
                 small = matrices[key] = np.array(
@@ -915,13 +912,18 @@ class Search:
         three axes deals many more layouts to a rank-4 tensor than one of two)."""
         seen, total = set(), 0
         for _unit_a, layouts_a, _unit_b, layouts_b, value in self._pairs():
-            rows, cols = _distinct(layouts_a)[0], _distinct(layouts_b)[0]
-            key = (tuple(map(id, rows)), tuple(map(id, cols)), self.graph.shapes[value],
-                   self.graph.element_bytes[value])
+            rows, cols, key = self._edge_kind(layouts_a, layouts_b, value)
             if key not in seen:
                 seen.add(key)
-                total += len(rows) * len(cols)
+                total += len(rows[0]) * len(cols[0])
         return total
+
+    def _edge_kind(self, layouts_a: list, layouts_b: list, value: int):
+        """The distinct written and read layouts of an edge (`_distinct`'s
+        pairs), and the key its cost matrix is shared by."""
+        rows, cols = _distinct(layouts_a), _distinct(layouts_b)
+        return rows, cols, (tuple(map(id, rows[0])), tuple(map(id, cols[0])),
+                            self.graph.shapes[value], self.graph.element_bytes[value])
 
     def _memory_terms(self):
         """Per buffer: (class root, unit, bytes per device per strategy, born, last use).

@@ -148,11 +148,10 @@ class Propagator:
         # each partial value carries, and the roots chosen to be summed at once.
         self.roots: list[frozenset[int]] = [frozenset()] * len(self.shapes)
         self.sum_at_origin: set[int] = set()
-        # Nodes where two candidates wanted one axis and the larger tensor's
-        # won: the choices a local rule makes blind to what follows
-        # (``spmd-propagate`` settles them by the whole program's cost).
+        # Nodes where a candidate lost an axis (to another candidate, or to a
+        # NEED_REPLICATION factor): the choices a local rule makes blind to
+        # what follows (``spmd-propagate`` weighs them by the whole program).
         self.contested: set[int] = set()
-        self._contested = False
         self._dirty = set(range(len(self.nodes)))
         self.held: list[tuple[int, int, int, Axes, bool]] = []  # (priority, value, dim, axes, closed)
         self._projections: dict[tuple, list] = {}
@@ -369,8 +368,8 @@ class Propagator:
         if not any(v != NO_VALUE and (states[v].unreduced or any(states[v].dims))
                    for v, _ in tensors):
             return []
-        winners = self._resolve(rule, tensors)
-        if self._contested:
+        winners, contested = self._resolve(rule, tensors)
+        if contested:
             self.contested.add(index)
         changed = []
         operand_count = len(node.operands)
@@ -412,8 +411,9 @@ class Propagator:
                     capped[factor] = (held, *capped[factor][1:])
         return capped
 
-    def _resolve(self, rule: OpRule, tensors) -> list[tuple[Axes, int, int]]:
-        """Per factor: (axes, weight, source value) of the winning candidate."""
+    def _resolve(self, rule: OpRule, tensors) -> tuple[list[tuple[Axes, int, int]], bool]:
+        """Per factor: (axes, weight, source value) of the winning candidate;
+        and whether any candidate lost an axis."""
         best: list[tuple[Axes, int, int]] = [((), -1, NO_VALUE)] * rule.num_factors
         contested = False
         for value, dim_factors in tensors:
@@ -466,8 +466,7 @@ class Propagator:
                 kept.append(axis)
             used.update(kept)
             best[factor] = (tuple(kept), weight, source)
-        self._contested = contested
-        return best
+        return best, contested
 
     def _refine(self, value: int, dim_factors, rule: OpRule, winners, node_index: int,
                 commit: bool = True) -> bool:
