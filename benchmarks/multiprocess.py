@@ -34,7 +34,7 @@ import json, os, sys, time
 import numpy as np
 start = float(os.environ["BENCH_START"])
 import stablehlo_spmd as ss
-from stablehlo_spmd import distributed
+from stablehlo_spmd.runtime import distributed
 if distributed.requested():
     distributed.initialize()
 else:

@@ -8,7 +8,7 @@ the ones before it:
     ir, diagnostics, module_shardings          MLIR plumbing, located errors, sharding attrs
     passes/                                    one pass per file (spmd-annotate, ...)
     pipeline, api, cli/                        textual pipelines, Python API, CLIs
-    runtime, distributed, launch               compile and run partitioned modules on PJRT,
+    runtime/                                   compile and run partitioned modules on PJRT,
                                                in one process or several
 """
 
@@ -26,14 +26,13 @@ from stablehlo_spmd.api import (
 from stablehlo_spmd.diagnostics import Diagnostic, SpmdWarning
 from stablehlo_spmd.errors import (
     MeshError, PipelineError, RulesError, ShardingError, ShardingSyntaxError, SpmdError)
-from stablehlo_spmd import distributed
 from stablehlo_spmd.export import export
 from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.rules import Rule, RuleSet, load_rules, parse_rules
 from stablehlo_spmd.runtime import (
-    DeviceError, Executable, RuntimeCompileError, RuntimeInputError, compile, ensure_host_devices,
-    run, run_single_device)
+    DeviceError, Executable, RuntimeCompileError, RuntimeInputError, compile, distributed,
+    ensure_host_devices, run, run_single_device)
 from stablehlo_spmd.sharding import Sharding
 
 __all__ = [

@@ -36,8 +36,8 @@ class Collective:
 
 
 def run_demo(echo=print) -> bool:
-    from stablehlo_spmd import distributed
-    from stablehlo_spmd.runtime import ensure_host_devices
+    from stablehlo_spmd.runtime import distributed
+    from stablehlo_spmd.runtime.devices import ensure_host_devices
     # Under `stablehlo-spmd launch` the 8 devices are every process's together.
     several = distributed.join(DEVICES)
     if not several:

@@ -168,8 +168,8 @@ def run_command(input_file: str, inputs_npz: str | None, outputs_npz: str,
 
     With several processes (stablehlo-spmd launch, the flags above, or a
     SLURM / Open MPI job) the devices are those of all processes together."""
-    from stablehlo_spmd import distributed
-    from stablehlo_spmd.runtime import run_files
+    from stablehlo_spmd.runtime import distributed
+    from stablehlo_spmd.runtime.files import run_files
 
     if any(v is not None for v in (coordinator, num_processes, process_id)):
         found = distributed.settings(coordinator, num_processes, process_id)
@@ -200,7 +200,7 @@ def launch_command(processes: int, devices_per_process: int | None, coordinator:
 
     Output lines are prefixed with the process id.  When a process fails the
     others are ended at once, and launch exits with the failing code."""
-    from stablehlo_spmd.launch import LaunchOptions, launch
+    from stablehlo_spmd.runtime.launch import LaunchOptions, launch
 
     if command and command[0] == "--":
         command = command[1:]

@@ -21,8 +21,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import stablehlo_spmd as ss
-from stablehlo_spmd import distributed
-from stablehlo_spmd.launch import LaunchOptions, _failure, launch
+from stablehlo_spmd.runtime import distributed
+from stablehlo_spmd.runtime.launch import LaunchOptions, _failure, launch
 
 LAUNCH = [sys.executable, "-m", "stablehlo_spmd.cli.main", "launch"]
 RUN = [sys.executable, "-m", "stablehlo_spmd.cli.main", "run"]

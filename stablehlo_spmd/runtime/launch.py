@@ -2,7 +2,7 @@
 
     stablehlo-spmd launch --processes 2 --devices-per-process 4 -- stablehlo-spmd demo
 
-Each process gets the variables `stablehlo_spmd.distributed` reads
+Each process gets the variables `distributed` reads
 (``STABLEHLO_SPMD_COORDINATOR``, ``_NUM_PROCESSES``, ``_PROCESS_ID``, and
 ``_DEVICES_PER_PROCESS`` with ``--devices-per-process``, which also sets
 XLA's CPU host device count), so ``stablehlo-spmd run``, the demo and
@@ -31,8 +31,8 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from stablehlo_spmd import distributed
-from stablehlo_spmd.runtime import with_host_device_count
+from stablehlo_spmd.runtime import distributed
+from stablehlo_spmd.runtime.devices import with_host_device_count
 
 GRACE_S = 3.0
 _POLL_S = 0.05

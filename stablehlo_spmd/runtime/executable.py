@@ -1,4 +1,4 @@
-"""Run a partitioned module on real devices through jax's PJRT client.
+"""Compiling a partitioned module for its devices and calling it, through jax's PJRT client.
 
     exe = compile(partitioned_text)          # num_partitions devices of jax's backend
     outputs = exe(x, params_w1)              # global NumPy / jax arrays in, global jax.Arrays out
@@ -57,15 +57,6 @@ with ``device_ids`` out of order does not list them in: such arguments are
 handed over as ``GSPMDSharding`` arrays over the executable's devices (a
 wrong order crashes the process rather than raising).
 
-Devices: logical device ``i`` of the module (its partition id: the ids in
-``replica_groups``, tile assignments and ``sdy.mesh`` ``device_ids``) runs on
-``devices[i]``; by default the first N devices of jax's default backend, or
-of the CPU backend when the default has fewer.  On CPU, N devices need
-``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before jax starts its
-backends: `ensure_host_devices` does that.  This module imports jax only
-inside its functions, so a command line can parse the module, learn N and
-ask for the devices before jax is loaded.
-
 Inputs are checked against the module's argument types before anything runs:
 count, shape and dtype must match exactly (Python scalars take the
 argument's dtype); an error names the argument by index and by the pytree
@@ -78,479 +69,27 @@ unevenly (XLA's own layout for a dimension its shards do not divide: ceil-
 sized shards, the last ones padded) is handed over as such shards: a host
 value is padded and cut on the host, and a result is cut back to its shape
 after the call, where jax, which holds no uneven ``jax.Array``, gathers it.
+
+Which devices run it, and how many a CPU process has, is `devices`'s
+business; with several processes, `distributed`'s.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import functools
 import hashlib
-import io
 import os
-import re
-import sys
-import tempfile
 from typing import Any, Sequence
 
 import numpy as np
 
 from stablehlo_spmd.errors import SpmdError
-
-__all__ = [
-    "DeviceError", "Executable", "RuntimeCompileError", "RuntimeInputError", "TensorInfo",
-    "clear_cache", "compile", "ensure_host_devices", "run", "run_files", "run_single_device",
-]
-
-_FORCE_DEVICES = "--xla_force_host_platform_device_count"
-
-
-class RuntimeInputError(SpmdError, ValueError):
-    """Inputs that do not match the module's arguments (count, shape, dtype, npz keys)."""
-
-
-class DeviceError(SpmdError, RuntimeError):
-    """Not enough devices for the module, or a bad `devices` argument."""
-
-
-class RuntimeCompileError(SpmdError, RuntimeError):
-    """The module cannot be compiled or run as asked (XLA refused it, or it is unsupported)."""
-
-
-# ------------------------------------------------------------------ the module
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorInfo:
-    """One argument or result of ``@main``: its global type and its pytree name."""
-
-    kind: str                 # "argument" | "result"
-    index: int
-    name: str | None          # loc("params['w1']") for arguments, jax.result_info for results
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    type_text: str            # "tensor<8x4xf32>"
-
-    def describe(self) -> str:
-        return f"{self.kind} #{self.index}" + (f" {self.name!r}" if self.name else "")
-
-    @property
-    def is_token(self) -> bool:
-        return self.type_text == TOKEN_TYPE
-
-
-TOKEN_TYPE = "!stablehlo.token"
-
-
-@dataclasses.dataclass
-class _ModuleInfo:
-    bytecode: bytes
-    num_partitions: int
-    mesh: Any                 # stablehlo_spmd.mesh.Mesh | None
-    arguments: tuple[TensorInfo, ...]
-    results: tuple[TensorInfo, ...]
-    donates: bool
-    uses_shardy: bool
-
-
-def _read_module(text: str, filename: str | None, single_device: bool = False) -> _ModuleInfo:
-    from jaxlib.mlir import ir
-
-    from stablehlo_spmd import ir as spmd_ir
-    from stablehlo_spmd import module_shardings as ms
-
-    with spmd_ir.make_context() as context:
-        module = spmd_ir.parse_module(text, filename or "<module>", context)
-        if single_device:
-            _strip_partitioning(module, filename)
-        main = next((f for f in ms.functions(module)
-                     if ir.StringAttr(f.attributes["sym_name"]).value == "main"), None)
-        if main is None or not main.regions[0].blocks:
-            raise RuntimeCompileError("the module has no function @main to run", filename)
-        if ms.is_private(main) and ms.is_entry(main):
-            # The entry of a module whose functions are all private: XLA's
-            # import looks for a public @main.
-            del main.attributes["sym_visibility"]
-        arguments, results, donates = [], [], False
-        for value in ms.function_values(main):
-            info = _tensor_info(value, filename)
-            (arguments if value.kind == "argument" else results).append(info)
-            if value.kind == "argument":
-                donates = donates or any(value.get(a) is not None
-                                         for a in ("tf.aliasing_output", "jax.buffer_donor"))
-        replicas = _int_attr(module, "mhlo.num_replicas")
-        if replicas not in (None, 1):
-            raise RuntimeCompileError(
-                f"mhlo.num_replicas = {replicas}: only partitioned (num_replicas = 1) modules run",
-                filename)
-        mesh = None if single_device else _module_mesh(module)
-        partitions = 1 if single_device else ms.num_partitions(module)
-        if partitions is None:
-            partitions = mesh.size if mesh is not None else 1
-        if partitions < 1:
-            raise RuntimeCompileError(f"mhlo.num_partitions = {partitions} is not positive", filename)
-        if mesh is not None and mesh.size != partitions:
-            mesh = None  # a mesh over other devices than the partitions: use XLA's shardings
-        uses_shardy = _uses_shardy(module)
-        buffer = io.BytesIO()
-        module.write_bytecode(buffer)
-    return _ModuleInfo(buffer.getvalue(), partitions, mesh, tuple(arguments), tuple(results),
-                       donates, uses_shardy)
-
-
-def _int_attr(module, name: str) -> int | None:
-    from jaxlib.mlir import ir
-
-    return ir.IntegerAttr(module.attributes[name]).value if name in module.attributes else None
-
-
-def _tensor_info(value, filename: str | None) -> TensorInfo:
-    from jaxlib.mlir import ir
-
-    label = f"{value.kind} #{value.index}" + (f" {value.name!r}" if value.name else "")
-    if value.kind == "result" and str(value.type) == TOKEN_TYPE:
-        # An outfeed's or a send's ordering token: nothing to hand back.
-        return TensorInfo(value.kind, value.index, value.name, (), np.dtype(bool), TOKEN_TYPE)
-    if not isinstance(value.type, ir.RankedTensorType) or not value.type.has_static_shape:
-        raise RuntimeCompileError(
-            f"{label} has type {value.type}; only statically shaped tensors can be run", filename)
-    tensor = ir.RankedTensorType(value.type)
-    return TensorInfo(value.kind, value.index, value.name, tuple(tensor.shape),
-                      _numpy_dtype(tensor.element_type, label, filename), str(tensor))
-
-
-def _numpy_dtype(element_type, label: str, filename: str | None) -> np.dtype:
-    text = str(element_type)
-    table = _dtype_table()
-    dtype = table.get(text, table.get(text.lower()))  # (a dtype is falsy: no `or` here)
-    if dtype is None:
-        raise RuntimeCompileError(f"{label} has element type {text}, which has no NumPy dtype",
-                                  filename)
-    return dtype
-
-
-_DTYPES: dict[str, np.dtype] | None = None
-
-
-def _dtype_table() -> dict[str, np.dtype]:
-    global _DTYPES
-    if _DTYPES is None:
-        import ml_dtypes  # a jax dependency: bfloat16, float8_*, int4, ...
-
-        table = {"i1": np.dtype(bool), "f16": np.dtype(np.float16), "f32": np.dtype(np.float32),
-                 "f64": np.dtype(np.float64), "complex<f32>": np.dtype(np.complex64),
-                 "complex<f64>": np.dtype(np.complex128), "bf16": np.dtype(ml_dtypes.bfloat16)}
-        for bits in (8, 16, 32, 64):
-            table[f"i{bits}"] = table[f"si{bits}"] = np.dtype(f"int{bits}")
-            table[f"ui{bits}"] = np.dtype(f"uint{bits}")
-        for name in dir(ml_dtypes):
-            match = re.fullmatch(r"(u?)int(\d)", name)
-            # i1 is StableHLO's boolean, not ml_dtypes' 1-bit integer.
-            if match and hasattr(ml_dtypes, name) and match.group(2) != "1":
-                signed = "u" if match.group(1) else ""
-                table[f"{signed}i{match.group(2)}"] = np.dtype(getattr(ml_dtypes, name))
-                if not signed:
-                    table[f"si{match.group(2)}"] = table[f"i{match.group(2)}"]
-            elif re.fullmatch(r"float\d+_e\w+", name):
-                # float8_e4m3fn <-> f8E4M3FN (matched lower-cased)
-                table["f" + name[len("float"):].replace("_", "")] = np.dtype(getattr(ml_dtypes, name))
-        _DTYPES = table
-    return _DTYPES
-
-
-def _module_mesh(module):
-    """The module's mesh: its full ``sdy.mesh`` (preferring @mesh), ``spmd.mesh``, or inferred."""
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import sdy
-
-    from stablehlo_spmd import module_shardings as ms
-
-    meshes = {}
-    for op in module.regions[0].blocks[0].operations:
-        if op.operation.name == "sdy.mesh":
-            attr = sdy.MeshAttr(op.attributes["mesh"])
-            if list(attr.axes):
-                meshes[ir.StringAttr(op.attributes["sym_name"]).value] = op.attributes["mesh"]
-    try:
-        if meshes:
-            return ms.mesh_from_attr(meshes.get("mesh", next(iter(meshes.values()))))
-        return ms.module_mesh(module)
-    except SpmdError:
-        return None  # shardings are then taken as XLA compiled them, without a mesh
-
-
-def _uses_shardy(module) -> bool:
-    """Shardy, unless the module is in the GSPMD spelling (``mhlo.sharding``, no sdy at all).
-
-    XLA would fall back to GSPMD for such a module by itself, with a warning.
-    """
-    from jaxlib.mlir import ir
-
-    seen = set()
-
-    def visit(op):
-        names = [a if isinstance(a, str) else a.name for a in op.attributes]
-        texts = names + [str(op.attributes[n]) for n in ("arg_attrs", "res_attrs") if n in names]
-        if op.name.startswith("sdy.") or any("sdy." in t for t in texts):
-            seen.add("sdy")
-            return ir.WalkResult.INTERRUPT
-        if any("mhlo.sharding" in t for t in texts):
-            seen.add("mhlo")
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return "sdy" in seen or "mhlo" not in seen
-
-
-_PASS_THROUGH_OPS = ("sdy.sharding_constraint", "sdy.reshard", "sdy.propagation_barrier")
-_PARTITIONED_OPS = ("sdy.manual_computation", "sdy.named_computation_manual")
-_SHARDING_ATTRS = ("mhlo.sharding", "sdy.sharding", "sdy.sharding_rule")
-
-
-def _strip_partitioning(module, filename: str | None) -> None:
-    """Make an annotated single-device program run on one device: drop shardings and meshes."""
-    from jaxlib.mlir import ir
-
-    from stablehlo_spmd import module_shardings as ms
-
-    pass_through, erase, annotated, partitioned = [], [], [], []
-
-    def visit(op):
-        name = op.name
-        if name in _PARTITIONED_OPS or (
-                name == "stablehlo.custom_call"
-                and ir.StringAttr(op.attributes["call_target_name"]).value in (
-                    "SPMDFullToShardShape", "SPMDShardToFullShape")):
-            partitioned.append(op)  # (an exception raised here would come out as RuntimeError)
-            return ir.WalkResult.INTERRUPT
-        if name in _PASS_THROUGH_OPS or ms.is_sharding_constraint(op):
-            pass_through.append(op)
-        elif name in ("sdy.mesh", "sdy.sharding_group"):
-            erase.append(op)
-        elif name != "func.func" and any(a in op.attributes for a in _SHARDING_ATTRS):
-            annotated.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    if partitioned:
-        op = partitioned[0]
-        raise RuntimeCompileError(
-            f"the module is already partitioned ('{op.name}' at "
-            f"{_position(op.location) or 'unknown location'}); "
-            "run_single_device runs the original single-device program", filename)
-    for op in annotated:
-        for attr in _SHARDING_ATTRS:
-            if attr in op.attributes:
-                del op.attributes[attr]
-    for op in pass_through:
-        op.results[0].replace_all_uses_with(op.operands[0])
-        op.erase()
-    updates = [(value, attr, None) for func in ms.functions(module)
-               for value in ms.function_values(func)
-               for attr in (ms.MHLO_SHARDING, ms.SDY_SHARDING) if value.get(attr) is not None]
-    ms.set_attrs(updates)
-    for op in erase:
-        op.erase()
-    i32 = ir.IntegerType.get_signless(32, module.context)
-    for name in ("mhlo.num_partitions", "mhlo.num_replicas"):
-        module.attributes[name] = ir.IntegerAttr.get(i32, 1)
-    if ms.MESH_ATTR in module.attributes:
-        del module.attributes[ms.MESH_ATTR]
-
-
-def _position(location) -> str | None:
-    from stablehlo_spmd.ir import source_position
-
-    return source_position(location)
-
-
-# ------------------------------------------------------------------ devices
-
-
-def ensure_host_devices(n: int) -> None:
-    """Make sure jax will have at least `n` devices; on CPU, ask for `n` host devices.
-
-    Before jax's backends start (jax not imported, or imported but unused),
-    this raises ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``
-    (and ``jax_num_cpu_devices`` when jax is loaded) to at least `n`.  After
-    they have started it can only check, and raises `DeviceError` when
-    neither the default backend nor the CPU backend has `n` devices.
-    """
-    if n < 1:
-        raise DeviceError(f"a device count must be positive, got {n}")
-    if "jax" in sys.modules and _backends_started():
-        if _available_devices(n) is None:
-            raise DeviceError(_too_few_message(n, started=True))
-        return
-    count = _raise_flag(n)
-    if "jax" in sys.modules:  # loaded, backends not started: its own setting wins over the flag
-        import jax
-
-        try:
-            current = jax.config.jax_num_cpu_devices
-        except AttributeError:
-            return
-        if current < count:
-            jax.config.update("jax_num_cpu_devices", count)
-
-
-def set_host_device_count(n: int) -> None:
-    """Give this process exactly `n` CPU host devices (one process's share of
-    a multi-process mesh), replacing any count ``XLA_FLAGS`` has; must run
-    before jax's backends start."""
-    if n < 1:
-        raise DeviceError(f"a device count must be positive, got {n}")
-    if "jax" in sys.modules and _backends_started():
-        import jax
-        if jax.local_device_count() != n:
-            raise DeviceError(f"this process already has {jax.local_device_count()} devices; "
-                              f"ask for {n} before jax starts its backends")
-        return
-    os.environ["XLA_FLAGS"] = with_host_device_count(os.environ.get("XLA_FLAGS", ""), n)
-    if "jax" in sys.modules:
-        import jax
-        try:
-            jax.config.update("jax_num_cpu_devices", n)
-        except AttributeError:
-            pass
-
-
-def with_host_device_count(flags: str, n: int) -> str:
-    """`flags` (an ``XLA_FLAGS`` value) with the CPU host device count set to `n`."""
-    kept = re.sub(re.escape(_FORCE_DEVICES) + r"=\d+", "", flags)
-    return f"{kept} {_FORCE_DEVICES}={n}".strip()
-
-
-def _backends_started() -> bool:
-    try:
-        from jax._src import xla_bridge
-
-        return xla_bridge.backends_are_initialized()
-    except (ImportError, AttributeError):  # jax moved it: assume started, and only check
-        return True
-
-
-def _raise_flag(n: int) -> int:
-    """Raise the host device count in XLA_FLAGS to at least `n`; returns the count now there."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    pattern = re.compile(re.escape(_FORCE_DEVICES) + r"=(\d+)")
-    match = pattern.search(flags)
-    if match is None:
-        os.environ["XLA_FLAGS"] = (flags + f" {_FORCE_DEVICES}={n}").strip()
-        return n
-    if int(match.group(1)) < n:
-        os.environ["XLA_FLAGS"] = pattern.sub(f"{_FORCE_DEVICES}={n}", flags)
-        return n
-    return int(match.group(1))
-
-
-def _available_devices(n: int) -> list | None:
-    """The first `n` devices of the default backend, else of the CPU backend; None if neither.
-
-    With several processes these are global devices, in id order: logical
-    device i runs on global device i whichever process holds it."""
-    import jax
-
-    devices = sorted(jax.devices(), key=lambda d: d.id)
-    if len(devices) >= n:
-        return list(devices[:n])
-    if devices[0].platform != "cpu":
-        try:
-            cpu = jax.devices("cpu")
-        except RuntimeError:
-            cpu = []
-        if len(cpu) >= n:
-            return list(cpu[:n])
-    return None
-
-
-def _too_few_message(n: int, started: bool = False) -> str:
-    import jax
-
-    have = jax.devices()
-    if jax.process_count() > 1:
-        return (f"the module needs {n} devices but the {jax.process_count()} processes have "
-                f"{len(have)} {have[0].platform} devices in all ({jax.local_device_count()} "
-                "here); start more processes or give each more devices")
-    message = (f"the module needs {n} devices but jax has {len(have)} {have[0].platform} "
-               f"device{'s' if len(have) != 1 else ''}")
-    if started:
-        return (message + f"; jax's backends have already started, so set "
-                f"XLA_FLAGS={_FORCE_DEVICES}={n} before they start (in a new process)")
-    return (message + f"; on CPU, set XLA_FLAGS={_FORCE_DEVICES}={n} before jax starts, or "
-            f"call stablehlo_spmd.runtime.ensure_host_devices({n}) first")
-
-
-def _quiet_backend_start() -> None:
-    """Keep XLA's INFO lines off stderr when jax's backends start, as ``import jax`` means to.
-
-    jax sets ``TF_CPP_MIN_LOG_LEVEL=1`` when imported, but jaxlib's MLIR
-    bindings (which this package loads first) have set up C++ logging by then.
-    """
-    if _backends_started():
-        return
-    try:
-        from jax._src.lib import utils
-
-        utils.absl_set_min_log_level(int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1")))
-    except (ImportError, AttributeError, ValueError):
-        pass
-
-
-@contextlib.contextmanager
-def _gspmd_notice_off(uses_shardy: bool):
-    """Keep XLA's notice that GSPMD propagation will be deprecated off stderr.
-
-    XLA logs it (a C++ warning) on every compile of a module in GSPMD's
-    spelling, which spmd-partition writes on purpose where a boundary value
-    does not divide (`partitioning.skeleton`); the module is fully manual,
-    so nothing is propagated and the notice tells the user nothing.  A log
-    level the user chose is left alone.
-    """
-    if uses_shardy or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1") != "1":
-        yield
-        return
-    try:
-        from jax._src.lib import utils
-        set_level = utils.absl_set_min_log_level
-    except (ImportError, AttributeError):
-        yield
-        return
-    set_level(2)
-    try:
-        yield
-    finally:
-        set_level(1)
-
-
-def _pick_devices(n: int, devices: Sequence[Any] | None) -> list:
-    import jax
-
-    _quiet_backend_start()
-
-    if devices is None:
-        picked = _available_devices(n)
-        if picked is None:
-            raise DeviceError(_too_few_message(n))
-        return picked
-    by_id = None
-    picked = []
-    for device in devices:
-        if isinstance(device, (int, np.integer)):
-            by_id = by_id or {d.id: d for d in jax.devices()}
-            if int(device) not in by_id:
-                raise DeviceError(f"no device with id {int(device)}; jax has ids {sorted(by_id)}")
-            device = by_id[int(device)]
-        picked.append(device)
-    if len(picked) != n:
-        raise DeviceError(f"the module has mhlo.num_partitions = {n} but {len(picked)} devices "
-                          "were given")
-    if len({(d.platform, d.id) for d in picked}) != n:
-        raise DeviceError(f"devices must be distinct, got {[d.id for d in picked]}")
-    if len({d.client for d in picked}) != 1:
-        raise DeviceError("devices must all belong to one backend")
-    return picked
+from stablehlo_spmd.runtime import distributed
+from stablehlo_spmd.runtime.devices import _pick_devices, ensure_host_devices
+from stablehlo_spmd.runtime.module import (
+    RuntimeCompileError, RuntimeInputError, TensorInfo, _ModuleInfo, _read_module)
 
 
 # ------------------------------------------------------------------ compiling
@@ -582,16 +121,6 @@ def memory_per_device(partitioned_text: str) -> int:
             + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
 
 
-def has_devices(n: int) -> bool:
-    """Whether this process can compile for `n` devices (on CPU it asks for
-    `n` host devices while jax's backends have not started)."""
-    try:
-        ensure_host_devices(n)
-        return _available_devices(n) is not None
-    except DeviceError:
-        return False
-
-
 def _compile(text: str, devices, filename: str | None, single_device: bool,
              memory_only: bool = False) -> "Executable":
     return _executable(_read_module(text, filename, single_device), text, devices, filename,
@@ -602,12 +131,10 @@ def _executable(info: _ModuleInfo, text: str, devices, filename: str | None,
                 single_device: bool = False, ask_for_devices: bool = False,
                 memory_only: bool = False) -> "Executable":
     """Compile for the module's devices: those of every process when this one
-    runs with others (`stablehlo_spmd.distributed`), which must all run the
+    runs with others (`distributed`), which must all run the
     same module; with `ask_for_devices`, a lone process asks for host devices.
     `memory_only`: the executable is compiled for its memory analysis only
     (see `memory_per_device`)."""
-    from stablehlo_spmd import distributed
-
     # A one-device run says nothing about how many devices each process needs.
     several = distributed.join(0 if single_device else info.num_partitions)
     if several and not single_device:
@@ -637,6 +164,32 @@ def _compile_options(n: int, devices: list, uses_shardy: bool):
     # with a warning).
     options.executable_build_options.use_shardy_partitioner = uses_shardy
     return options
+
+
+@contextlib.contextmanager
+def _gspmd_notice_off(uses_shardy: bool):
+    """Keep XLA's notice that GSPMD propagation will be deprecated off stderr.
+
+    XLA logs it (a C++ warning) on every compile of a module in GSPMD's
+    spelling, which spmd-partition writes on purpose where a boundary value
+    does not divide (`partitioning.skeleton`); the module is fully manual,
+    so nothing is propagated and the notice tells the user nothing.  A log
+    level the user chose is left alone.
+    """
+    if uses_shardy or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1") != "1":
+        yield
+        return
+    try:
+        from jax._src.lib import utils
+        set_level = utils.absl_set_min_log_level
+    except (ImportError, AttributeError):
+        yield
+        return
+    set_level(2)
+    try:
+        yield
+    finally:
+        set_level(1)
 
 
 class Executable:
@@ -1069,105 +622,3 @@ def run_single_device(text: str, inputs: Sequence[Any], device: Any = None) -> l
 
 def clear_cache() -> None:
     _EXECUTABLES.clear()
-
-
-# ------------------------------------------------------------------ files
-
-
-def run_files(module_path: str, inputs_npz: str | None, outputs_npz: str) -> list[tuple[str, Any]]:
-    """``stablehlo-spmd run MODULE --inputs IN.npz --outputs OUT.npz``.
-
-    Input keys: argument ``i`` is read from the key that is its name (the
-    pytree path in its location, e.g. ``params['w1']``) or, failing that,
-    ``arg<i>`` (``arg0``, ``arg1``, ...); an argument found under neither, a
-    key naming no argument, or one argument under both keys is an error.
-    `inputs_npz` may be None for a module without arguments.  Outputs are
-    written as ``result0``, ``result1``, ... (positional, whatever the
-    results' names), to a temporary file renamed onto `outputs_npz` only when
-    everything succeeded.  Returns (key, NumPy array) for each output written.
-
-    With several processes (`stablehlo_spmd.distributed`: launch's
-    variables, or a cluster jax detects) every process runs this with the
-    same files: each feeds its own devices' shards, and process 0 writes the
-    outputs.
-    """
-    try:
-        with open(module_path, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        raise SpmdError(f"cannot open input file '{module_path}': {error.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise SpmdError(f"the input is not UTF-8 text (byte {error.start})", module_path) from None
-    info = _read_module(text, module_path)
-    arrays = _read_inputs(inputs_npz, info.arguments, module_path)
-    from stablehlo_spmd import distributed
-
-    executable = _executable(info, text, None, module_path, ask_for_devices=True)
-    outputs = executable(*arrays)
-    # Every process takes part in gathering a result spread over processes;
-    # process 0 writes them.
-    written = [(f"result{i}", distributed.to_host(output)) for i, output in enumerate(outputs)]
-    if distributed.process_index() == 0:
-        _write_npz(outputs_npz, written)
-    return written
-
-
-def _read_inputs(path: str | None, arguments: Sequence[TensorInfo], module_path: str) -> list:
-    if path is None:
-        if arguments:
-            raise RuntimeInputError(f"the module has {len(arguments)} arguments; give them with "
-                                    "--inputs FILE.npz", module_path)
-        return []
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        message = getattr(error, "strerror", None) or str(error)
-        raise RuntimeInputError(f"cannot read inputs '{path}': {message}") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise RuntimeInputError(f"inputs '{path}' is a single .npy array, not an .npz archive")
-    with archive:
-        keys = set(archive.files)
-        arrays, used = [], set()
-        for argument in arguments:
-            # Three spellings: the argument's name, ``argN``, and NumPy's own
-            # ``arr_N`` (what ``np.savez(path, *arrays)`` writes).
-            spellings = [key for key in (argument.name, f"arg{argument.index}",
-                                         f"arr_{argument.index}") if key and key in keys]
-            if len(spellings) > 1:
-                raise RuntimeInputError(
-                    f"{argument.describe()} is given twice in '{path}', as {spellings[0]!r} and "
-                    f"as {spellings[1]!r}", module_path)
-            if not spellings:
-                raise RuntimeInputError(
-                    f"{argument.describe()} is missing from '{path}': expected the key "
-                    + (f"{argument.name!r}, " if argument.name else "")
-                    + f"'arg{argument.index}' or 'arr_{argument.index}'", module_path)
-            key = spellings[0]
-            used.add(key)
-            arrays.append(archive[key])
-        unknown = sorted(keys - used)
-        if unknown:
-            names = ", ".join(repr(a.name or f"arg{a.index}") for a in arguments) or "none"
-            raise RuntimeInputError(
-                f"'{path}' has key{'s' if len(unknown) > 1 else ''} "
-                f"{', '.join(map(repr, unknown))} naming no argument (the arguments are "
-                f"{names}, or arg0..arg{max(len(arguments) - 1, 0)}, or "
-                f"arr_0..arr_{max(len(arguments) - 1, 0)})", module_path)
-    return arrays
-
-
-def _write_npz(path: str, arrays: Sequence[tuple[str, Any]]) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise SpmdError(f"cannot write output file '{path}': directory '{directory}' does not exist")
-    handle = tempfile.NamedTemporaryFile("wb", dir=directory, delete=False,
-                                         prefix=".stablehlo-spmd-", suffix=".npz")
-    try:
-        with handle:
-            np.savez(handle, **dict(arrays))
-        os.replace(handle.name, path)
-    except OSError as error:
-        os.unlink(handle.name)
-        raise SpmdError(f"cannot write output file '{path}': {error.strerror}") from None

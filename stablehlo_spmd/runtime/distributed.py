@@ -34,6 +34,7 @@ import socket
 import time
 
 from stablehlo_spmd.errors import SpmdError
+from stablehlo_spmd.runtime.devices import set_host_device_count
 
 COORDINATOR = "STABLEHLO_SPMD_COORDINATOR"
 NUM_PROCESSES = "STABLEHLO_SPMD_NUM_PROCESSES"
@@ -153,7 +154,6 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     if is_initialized():
         return
     found = settings(coordinator, num_processes, process_id, devices_per_process, timeout_s)
-    from stablehlo_spmd.runtime import set_host_device_count
     import jax
 
     if found.devices_per_process is not None:
