@@ -120,7 +120,7 @@ def _random(rng, *shape):
 
 
 def _workload(name: str) -> Callable:
-    from stablehlo_spmd.export import load_object
+    from stablehlo_spmd.frontends.jax import load_object
     return load_object(f"{ROOT / 'examples' / 'workloads.py'}:{name}")
 
 
@@ -140,7 +140,7 @@ def _transformer():
 
 
 def _pipeline():
-    from stablehlo_spmd.export import load_object
+    from stablehlo_spmd.frontends.jax import load_object
     example = str(ROOT / "examples" / "pipeline.py")
     return load_object(f"{example}:pipeline"), load_object(f"{example}:example_args")()
 

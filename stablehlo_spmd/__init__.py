@@ -3,6 +3,8 @@
 The data flows through the package in this order, each layer reading only
 the ones before it:
 
+    frontends/                                 a user's program (a JAX function, a PyTorch
+                                               module) to StableHLO text, arguments named
     mesh, hlo_sharding, tile_axes, sharding    named meshes and sharding values, XLA's text
     rules                                      (regex, partition spec) rules
     ir, diagnostics, module_shardings          MLIR plumbing, located errors, sharding attrs
@@ -26,7 +28,7 @@ from stablehlo_spmd.api import (
 from stablehlo_spmd.diagnostics import Diagnostic, SpmdWarning
 from stablehlo_spmd.errors import (
     MeshError, PipelineError, RulesError, ShardingError, ShardingSyntaxError, SpmdError)
-from stablehlo_spmd.export import export
+from stablehlo_spmd.frontends.jax import export
 from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.rules import Rule, RuleSet, load_rules, parse_rules

@@ -185,7 +185,7 @@ def spmd_jit(fn, mesh: Any, rules: Iterable[Any] | str | RuleSet):
     import jax
 
     from stablehlo_spmd import runtime
-    from stablehlo_spmd.export import export
+    from stablehlo_spmd.frontends.jax import export
 
     compiled: dict = {}
 

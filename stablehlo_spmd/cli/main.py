@@ -27,7 +27,7 @@ import click
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.cli.common import fail, read_text, run_cli
 from stablehlo_spmd.cli.common import write_output
-from stablehlo_spmd.export import export_reference
+from stablehlo_spmd.frontends.jax import export_reference
 from stablehlo_spmd.ir import ParseError, make_context, parse_module, print_module
 from stablehlo_spmd.pipeline import Pipeline, parse_pipeline, run_pipeline
 

@@ -15,7 +15,7 @@ from jaxlib.mlir import ir
 
 import stablehlo_spmd
 from stablehlo_spmd import op_rules
-from stablehlo_spmd.export import load_object
+from stablehlo_spmd.frontends.jax import load_object
 from stablehlo_spmd.ir import make_context, parse_module
 
 from .factor_rules import P, lowered, rule_of, walk

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import stablehlo_spmd as ss
-from stablehlo_spmd.export import load_object
+from stablehlo_spmd.frontends.jax import load_object
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
 

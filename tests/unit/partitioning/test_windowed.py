@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import stablehlo_spmd as ss
-from stablehlo_spmd.export import load_object
+from stablehlo_spmd.frontends.jax import load_object
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
 

@@ -20,7 +20,7 @@ import re
 import pytest
 
 import stablehlo_spmd as ss
-from stablehlo_spmd.export import load_object
+from stablehlo_spmd.frontends.jax import load_object
 from stablehlo_spmd.hlo_sharding import parse_hlo_sharding
 from stablehlo_spmd.ir import make_context, parse_module
 from stablehlo_spmd.module_shardings import MHLO_SHARDING, function_values, functions, read_mesh

@@ -41,7 +41,7 @@ import pytest
 
 import stablehlo_spmd as ss
 from stablehlo_spmd.errors import ShardingError, SpmdError
-from stablehlo_spmd.export import load_object
+from stablehlo_spmd.frontends.jax import load_object
 from stablehlo_spmd.hlo_sharding import HloSharding, parse_hlo_sharding
 from stablehlo_spmd.ir import make_context, parse_module, source_position
 from stablehlo_spmd.mesh import Mesh
