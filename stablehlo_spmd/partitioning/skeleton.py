@@ -86,10 +86,61 @@ def _new_main(module: ir.Operation, old_main: ir.Operation, arg_attrs: ir.Attrib
                 sdy.MeshOp(MESH_NAME, cached_attr(mesh_attr_text(mesh, sdy_axes=True), context))
             function = func.FuncOp("main", (list(signature.inputs), list(signature.results)),
                                    visibility="public")
-    function.attributes["arg_attrs"] = arg_attrs
+    res_attrs = _with_kept(res_attrs, old_main, "res_attrs", context)
+    function.attributes["arg_attrs"] = _aliases_that_fit(
+        _with_kept(arg_attrs, old_main, "arg_attrs", context), res_attrs, context)
     function.attributes["res_attrs"] = res_attrs
     # The arguments keep their locations: they carry the pytree names.
     return function, function.add_entry_block(arg_locs=[a.location for a in entry.arguments])
+
+
+# What an argument or result says to whoever calls the program, which the
+# partitioned program must keep saying: which arguments the caller donates
+# (and to which result), and the results' names.
+_CALLER_CONTRACT = ("tf.aliasing_output", "jax.buffer_donor", "jax.result_info")
+
+
+def _with_kept(new_attrs: ir.Attribute, old_main: ir.Operation, key: str,
+               context: ir.Context) -> ir.Attribute:
+    """`new_attrs` (one dict per value) with the caller's contract copied from `old_main`."""
+    if key not in old_main.attributes:
+        return new_attrs
+    merged = []
+    for new, old in zip(ir.ArrayAttr(new_attrs), ir.ArrayAttr(old_main.attributes[key])):
+        new, old = ir.DictAttr(new), ir.DictAttr(old)
+        entries = {new[i].name: new[i].attr for i in range(len(new))}
+        for name in _CALLER_CONTRACT:
+            if name in old:
+                entries[name] = old[name]
+        merged.append(ir.DictAttr.get(entries, context))
+    return ir.ArrayAttr.get(merged, context)
+
+
+def _aliases_that_fit(arg_attrs: ir.Attribute, res_attrs: ir.Attribute,
+                      context: ir.Context) -> ir.Attribute:
+    """A donated argument whose result is laid out otherwise cannot share its
+    buffers with it: it is donated without a partner (``jax.buffer_donor``),
+    and XLA reuses it where a result fits."""
+    results = [ir.DictAttr(r) for r in ir.ArrayAttr(res_attrs)]
+    fitted = []
+    for argument in ir.ArrayAttr(arg_attrs):
+        argument = ir.DictAttr(argument)
+        if "tf.aliasing_output" in argument:
+            partner = results[ir.IntegerAttr(argument["tf.aliasing_output"]).value]
+            if _layout(argument) != _layout(partner):
+                entries = {argument[i].name: argument[i].attr for i in range(len(argument))
+                           if argument[i].name != "tf.aliasing_output"}
+                entries["jax.buffer_donor"] = ir.BoolAttr.get(True, context)
+                argument = ir.DictAttr.get(entries, context)
+        fitted.append(argument)
+    return ir.ArrayAttr.get(fitted, context)
+
+
+def _layout(attrs: ir.DictAttr) -> str | None:
+    for name in (SDY_SHARDING, MHLO_SHARDING):
+        if name in attrs:
+            return str(attrs[name])
+    return None
 
 
 class ShardMapSkeleton:
