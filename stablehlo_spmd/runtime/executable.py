@@ -314,14 +314,17 @@ class Executable:
 
     # ------------------------------------------------------------ running
 
-    def place(self, inputs: Sequence[Any]) -> list:
+    def place(self, inputs: Sequence[Any], consume: bool = False) -> list:
         """Check `inputs` against the arguments and put each on the devices as it is sharded.
 
         The arrays returned are laid out as `in_shardings` say, with their shards listed in
-        the executable's device order (the order `execute_sharded` takes them in).
+        the executable's device order (the order `execute_sharded` takes them in).  An
+        argument the module donates gets a copy of a caller's jax.Array, unless
+        `consume` says the caller gives its arrays up (see `call_consuming`).
         """
         import jax
 
+        copies_donated = self._donates and not consume
         if len(inputs) != len(self.arguments):
             listed = ", ".join(a.describe() for a in self.arguments) or "none"
             raise RuntimeInputError(
@@ -343,7 +346,7 @@ class Executable:
                 continue
             # The common steady-state call: a jax.Array already laid out as the
             # executable wants it, checked with three cheap comparisons.
-            if (not self._donates and isinstance(value, jax.Array)
+            if (not copies_donated and isinstance(value, jax.Array)
                     and value.sharding == sharding and value.shape == argument.shape
                     and value.dtype == argument.dtype):
                 placed.append(value)
@@ -351,7 +354,7 @@ class Executable:
             value = _checked_value(value, argument, self.filename)
             if not isinstance(value, jax.Array):
                 placed.append(transfer(value))
-            elif not self._donates and value.sharding.is_equivalent_to(sharding, value.ndim):
+            elif not copies_donated and value.sharding.is_equivalent_to(sharding, value.ndim):
                 placed.append(value)  # already laid out as the executable wants it
             else:
                 placed.append(jax.device_put(value, sharding, may_alias=False))
@@ -360,6 +363,13 @@ class Executable:
     def __call__(self, *inputs: Any) -> list:
         """Run on global inputs (NumPy or jax arrays); returns global `jax.Array`s."""
         results = self._loaded.execute_sharded(self.place(inputs))
+        return results.consume_with_handlers(self._output_handlers)
+
+    def call_consuming(self, *inputs: Any) -> list:
+        """Run as `__call__` does, but hand the module the caller's jax arrays for the
+        arguments it donates: a training loop's state, which the results replace.
+        Those arrays are deleted by the call; host values are copied as always."""
+        results = self._loaded.execute_sharded(self.place(inputs, consume=True))
         return results.consume_with_handlers(self._output_handlers)
 
     def memory_analysis(self):
