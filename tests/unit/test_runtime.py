@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+import stablehlo_spmd as ss
 from stablehlo_spmd import runtime
 from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.runtime import executable as runtime_executable
@@ -761,3 +762,23 @@ def test_boolean_arguments_are_numpy_bools():
     flags = np.array([True, False, True])
     (out,) = runtime.run_single_device(select, [flags, np.ones(3, np.float32)])
     np.testing.assert_array_equal(np.asarray(out), [1.0, -1.0, 1.0])
+
+
+def _donating_step(params, x):
+    return {"w": params["w"] - 0.1 * (x.T @ x)}, (x @ params["w"]).sum()
+
+
+def test_call_consuming_hands_over_the_donated_arrays():
+    mesh = ss.Mesh.from_string("data=2,model=2")
+    rules = [(r"params\['w'\]", (None, "model")), (r"result\[0\]\['w'\]", (None, "model"))]
+    exported = ss.export(jax.jit(_donating_step, donate_argnums=0),
+                         {"w": jnp.ones((8, 8), jnp.float32)}, jnp.ones((4, 8), jnp.float32))
+    executable = runtime.compile(ss.partition(exported, mesh, rules))
+    w = np.ones((8, 8), np.float32)
+    x = np.ones((4, 8), np.float32)
+    kept = executable.place([w, x])
+    executable(*kept)
+    assert not kept[0].is_deleted()          # a plain call copies what the module donates
+    new_w, _ = executable.call_consuming(*kept)
+    assert kept[0].is_deleted()              # the consuming call hands it over
+    assert np.allclose(np.asarray(new_w), w - 0.1 * 4)

@@ -47,17 +47,3 @@ def test_a_donation_whose_result_is_laid_out_otherwise_has_no_partner():
     expected_w, expected_total = _step({"w": w}, x)
     assert np.allclose(np.asarray(new_w), np.asarray(expected_w["w"]))
     assert np.allclose(np.asarray(total), np.asarray(expected_total))
-
-
-def test_call_consuming_hands_over_the_donated_arrays():
-    mesh = ss.Mesh.from_string("data=2,model=2")
-    rules = [(r"params\['w'\]", (None, "model")), (r"result\[0\]\['w'\]", (None, "model"))]
-    executable = runtime.compile(ss.partition(_exported(), mesh, rules))
-    w = np.ones((8, 8), np.float32)
-    x = np.ones((4, 8), np.float32)
-    kept = executable.place([w, x])
-    executable(*kept)
-    assert not kept[0].is_deleted()          # a plain call copies what the module donates
-    new_w, _ = executable.call_consuming(*kept)
-    assert kept[0].is_deleted()              # the consuming call hands it over
-    assert np.allclose(np.asarray(new_w), w - 0.1 * 4)
