@@ -1,7 +1,6 @@
 """stablehlo-spmd: GSPMD-style SPMD partitioning of StableHLO, in Python.
 
-The data flows through the package in this order, each layer reading only
-the ones before it:
+The data flows through the package in this order:
 
     frontends/                                 a user's program (a JAX function, a PyTorch
                                                module) to StableHLO text, arguments named
@@ -12,6 +11,14 @@ the ones before it:
     pipeline, api, cli/                        textual pipelines, Python API, CLIs
     runtime/                                   compile and run partitioned modules on PJRT,
                                                in one process or several
+
+Each layer imports the value types (mesh, sharding, rules, ir, errors) and
+otherwise only the layers before it, with two exceptions at the top, which
+drive the whole flow: `api` (`partition`, `spmd_jit`) and its PyTorch
+counterpart, `frontends/torch/compiled.py` (`xs.compile`), call the
+pipeline and the runtime.  `stablehlo_spmd.torch` is the PyTorch front
+end's public name (``import stablehlo_spmd.torch as xs``); this package does
+not import it, so ``import stablehlo_spmd`` never loads torch.
 """
 
 import os as _os

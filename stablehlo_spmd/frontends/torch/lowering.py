@@ -1,0 +1,173 @@
+"""Lowering a captured torch graph to a JAX function, with torchax's op table.
+
+`Captured.graph` is functional aten; torchax holds a JAX implementation of
+each aten op.  An interpreter walks the graph once, in order, over torchax
+tensors that wrap JAX tracers, so ``jax.jit(program).lower`` (the JAX front
+end's `export`) writes the StableHLO.  Two ops are the project's own:
+
+* ``stablehlo_spmd::sharding_constraint`` (an activation's `mark_sharding`)
+  becomes XLA's ``custom_call @Sharding`` with the ``mhlo.sharding`` text,
+  the form jax's ``with_sharding_constraint`` takes without a device mesh;
+* the ``copy_`` into an input that functionalization appends for every
+  mutated input is dropped: the new value is already an output.
+
+Each node is lowered under a JAX name scope naming it, which `exported`
+turns into the torch module path and source line that made it.  An op
+torchax cannot lower raises `SpmdError` naming the op, that module path and
+that line.
+
+The program takes the state as the dicts `world.Slot` names
+(``params``, ``buffers``, ``grads``, ``optimizer``, ``lr``) and the argument
+tensors as ``args``; it returns ``(outputs, state)``, ``state`` keyed the same way.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from stablehlo_spmd.errors import SpmdError
+
+from stablehlo_spmd.frontends.torch.capture import Captured
+from stablehlo_spmd.frontends.torch.exported import node_scope, torch_source
+from stablehlo_spmd.frontends.torch.torchax_compat import environment
+from stablehlo_spmd.frontends.torch.world import KINDS, Slot
+
+_constraint_primitive = None
+
+
+def program(captured: Captured) -> Callable:
+    """The JAX function ``(params, buffers, grads, optimizer, lr, args) -> (outputs, state)``."""
+    env = environment()
+    graph = captured.graph
+
+    def run(params, buffers, grads, optimizer, lr, args):
+        state = {"params": params, "buffers": buffers, "grads": grads,
+                 "optimizer": optimizer, "lr": lr}
+        inputs = [lookup(state, slot) for slot in captured.state_in] + list(args)
+        results = _Lowering(graph, env).run(*inputs)
+        results = [r._elem if hasattr(r, "_elem") else r for r in results]
+        count = len(captured.output_dtypes)
+        return results[:count], nested(captured.state_out, results[count:])
+
+    return run
+
+
+def nested(slots: Sequence[Slot], values: Sequence[Any]) -> dict:
+    """Values keyed by slot, as the program's dicts: ``{"params": {path: v}, "lr": [v], ...}``."""
+    state: dict[str, Any] = {kind: {} for kind in KINDS}
+    learning_rates = {}
+    for slot, value in zip(slots, values):
+        if slot.kind == "lr":
+            learning_rates[slot.key] = value
+        elif slot.kind == "optimizer":
+            path, key = slot.key
+            state["optimizer"].setdefault(path, {})[key] = value
+        else:
+            state[slot.kind][slot.key] = value
+    state["lr"] = [learning_rates[i] for i in sorted(learning_rates)]
+    return state
+
+
+def lookup(state: dict, slot: Slot) -> Any:
+    if slot.kind == "optimizer":
+        path, key = slot.key
+        return state["optimizer"][path][key]
+    return state[slot.kind][slot.key]
+
+
+class _Lowering(torch.fx.Interpreter):
+    def __init__(self, graph: torch.fx.GraphModule, env):
+        super().__init__(graph)
+        self.torchax = env
+
+    def run_node(self, node: torch.fx.Node) -> Any:
+        if (node.op == "call_function" and node.target is torch.ops.aten.copy_.default
+                and node.args[0].op == "placeholder"):
+            return None   # functionalization's write-back of a mutated input: an output already
+        if node.op != "call_function":
+            return super().run_node(node)
+        import jax
+        from torchax.tensor import OperatorNotFound
+
+        try:
+            with jax.named_scope(node_scope(node)):
+                return super().run_node(node)
+        except OperatorNotFound:
+            raise SpmdError(f"torch op {_op_name(node.target)} has no lowering to StableHLO"
+                            f"{_where(node)}") from None
+
+    def placeholder(self, target, args, kwargs):
+        from torchax.tensor import Tensor
+
+        value = super().placeholder(target, args, kwargs)
+        return Tensor(value, self.torchax)
+
+    def get_attr(self, target, args, kwargs):
+        value = super().get_attr(target, args, kwargs)
+        if isinstance(value, torch.Tensor):
+            from torchax.tensor import Tensor
+
+            return Tensor(self.torchax.t2j_copy(value.detach()), self.torchax)
+        return value
+
+    def call_function(self, target, args, kwargs):
+        if target is torch.ops.stablehlo_spmd.sharding_constraint.default:
+            from torchax.tensor import Tensor
+
+            tensor, sharding = args
+            return Tensor(_constrain(tensor._elem, sharding), self.torchax)
+        if target is operator.getitem or not isinstance(target, torch._ops.OpOverload):
+            return target(*args, **kwargs)
+        if "device" in kwargs:
+            # The trace ran on CPU tensors; in the program every value is on the devices.
+            kwargs = {**kwargs, "device": "jax"}
+        with self.torchax, warnings.catch_warnings():
+            # An int64 constant is int32 without jax's 64-bit mode, as `compiled` says once.
+            warnings.filterwarnings("ignore", "Explicitly requested dtype int64")
+            return target(*args, **kwargs)
+
+
+def _constrain(value, sharding: str):
+    return _constraint().bind(value, sharding=sharding)
+
+
+def _constraint():
+    """A JAX primitive for ``custom_call @Sharding {mhlo.sharding = ...}``: an identity
+    that only says how its value is laid out."""
+    global _constraint_primitive
+    if _constraint_primitive is None:
+        from jax.extend.core import Primitive
+        from jax.interpreters import mlir
+        from jaxlib.mlir import ir
+        from jaxlib.mlir.dialects import stablehlo
+
+        primitive = Primitive("stablehlo_spmd_sharding_constraint")
+        primitive.def_impl(lambda value, sharding: value)
+        primitive.def_abstract_eval(lambda value, sharding: value)
+
+        def lower(ctx, value, sharding):
+            call = stablehlo.CustomCallOp([value.type], [value], call_target_name="Sharding")
+            call.attributes["mhlo.sharding"] = ir.StringAttr.get(sharding)
+            return call.results
+
+        mlir.register_lowering(primitive, lower)
+        _constraint_primitive = primitive
+    return _constraint_primitive
+
+
+def _where(node: torch.fx.Node) -> str:
+    path, filename, line = torch_source(node)
+    parts = [f"in module {path}"] if path != node.name else []
+    if filename is not None:
+        parts.append(f"at {filename}:{line}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _op_name(target: Any) -> str:
+    name = getattr(target, "_name", None) or getattr(target, "__name__", None) or str(target)
+    return name.replace("::", ".")
