@@ -369,7 +369,12 @@ class Executable:
         """Run as `__call__` does, but hand the module the caller's jax arrays for the
         arguments it donates: a training loop's state, which the results replace.
         Those arrays are deleted by the call; host values are copied as always."""
-        results = self._loaded.execute_sharded(self.place(inputs, consume=True))
+        return self.run_placed(self.place(inputs, consume=True))
+
+    def run_placed(self, placed: Sequence[Any]) -> list:
+        """Run on arrays `place` returned (for a caller that keeps some of them: those
+        the module does not donate stay valid)."""
+        results = self._loaded.execute_sharded(list(placed))
         return results.consume_with_handlers(self._output_handlers)
 
     def memory_analysis(self):

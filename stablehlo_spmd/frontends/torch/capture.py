@@ -106,6 +106,10 @@ def capture(fn: Callable, world: World, args: tuple) -> Captured:
     with torch.fx.traceback.preserve_node_meta():
         functional = make_fx(torch.func.functionalize(_interpreted(first), remove="mutations"),
                              tracing_mode="fake")(*plain)
+    # Values nothing reads (the empty tensors some decompositions make) would only be
+    # constants of the program.
+    functional.graph.eliminate_dead_code()
+    functional.recompile()
     state_out = _changed_state(functional, state_in, traced_outputs["state_out"],
                                len(traced_outputs["dtypes"]))
     return Captured(functional, state_in, arguments, state_out, traced_outputs["state_out"],

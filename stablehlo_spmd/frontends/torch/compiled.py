@@ -105,9 +105,9 @@ class CompiledFunction:
         # Every tensor of the state is on the devices now; those the call updates are
         # donated to it, and the rest stay for the next call.
         self._state.keep({slot: placed[i] for i, slot in program.state_positions})
-        results = program.executable.call_consuming(*placed)
+        results = program.executable.run_placed(placed)
         outputs, state = program.outputs(results)
-        self._state.replace(program.captured, state)
+        self._state.replace(program, state)
         return outputs
 
     def program_for(self, args: tuple) -> "Program":
@@ -132,8 +132,8 @@ class CompiledFunction:
 class Traced:
     """One trace of a function, exported, before partitioning.
 
-    `program` is the JAX function ``(params, buffers, grads, optimizer, lr, args)
-    -> (outputs, state)`` and `in_structs` its example arguments (shapes and
+    `program` is the JAX function ``(params, buffers, grads, optimizer, lr, args, seed)
+    -> (outputs, state)`` (`lowering.program`) and `in_structs` its example arguments (shapes and
     dtypes); `text` its StableHLO, `annotated` that with the marks' shardings;
     `mesh` the marks' mesh (None when nothing is marked) and `rules` the
     exact-name rules the marks make, then the caller's.
@@ -185,11 +185,15 @@ class Program:
         from stablehlo_spmd.api import partition
 
         self.captured = traced.captured
-        mesh = traced.mesh or Mesh((0,), (1,), ("devices",))
-        runtime.ensure_host_devices(mesh.size)
-        self.text = partition(traced.text, mesh, traced.rules, filename=traced.name)
+        if traced.mesh is None or traced.mesh.size == 1:
+            # One device: the exported program is the program (no pass to run).
+            self.text = traced.text
+        else:
+            runtime.ensure_host_devices(traced.mesh.size)
+            self.text = partition(traced.text, traced.mesh, traced.rules, filename=traced.name)
         self.executable = runtime.compile(self.text)
         self._out_tree = traced.out_tree
+        self.signature_after = _signature_of(self.captured)
         # Which flat input holds which tensor of the state (the rest are lr and arguments).
         slots = lowering.nested(self.captured.state_in, self.captured.state_in)
         flat = jax.tree.leaves((slots["params"], slots["buffers"], slots["grads"],
@@ -200,8 +204,11 @@ class Program:
         import jax
 
         nested = lowering.nested(self.captured.state_in, [state[s] for s in self.captured.state_in])
+        # Random ops draw from torch's generator, as eager torch's would: a seed per call.
+        seed = torch.randint(0, 2**31 - 1, ()).item() if self.traced.program.draws_random else 0
         tree = (nested["params"], nested["buffers"], nested["grads"], nested["optimizer"],
-                [np.float32(lr) for lr in nested["lr"]], [_to_numpy(a) for a in arguments])
+                [np.float32(lr) for lr in nested["lr"]], [_to_numpy(a) for a in arguments],
+                np.uint32(seed))
         return jax.tree.leaves(tree, is_leaf=lambda x: x is None)
 
     def outputs(self, results: list) -> tuple[Any, dict[Slot, Any]]:
@@ -226,6 +233,7 @@ class _DeviceState:
         self.arrays: dict[Slot, Any] | None = None     # None: the host holds the truth
         self.non_tensor: dict[str, dict[str, Any]] = {}
         self.ahead = False                              # arrays newer than the host
+        self._signature: tuple | None = None            # of the state as it is now
         self._tracing = False
         for owner in self._owners():
             _install_hooks(owner)
@@ -240,30 +248,33 @@ class _DeviceState:
             if holder is not None and holder is not self:
                 holder.sync()
                 holder.arrays = None
+                holder._signature = None
             self._holders[id(owner)] = self
 
     def signature(self) -> tuple:
         """The state's structure: each tensor's slot, shape and dtype in the program,
-        and the optimizers' state that is not a tensor."""
-        non_tensor = self.non_tensor if self.arrays is not None else \
-            self.world.host_non_tensor_state()
-        non_tensor_key = tuple(sorted((path, tuple(sorted((k, repr(v)) for k, v in entries.items())))
-                                      for path, entries in non_tensor.items()))
+        and the optimizers' state that is not a tensor.  Known without looking after
+        a call (the program says what it leaves); read off the host otherwise."""
+        if self._signature is None:
+            self._signature = self._read_signature()
+        return self._signature
+
+    def _read_signature(self) -> tuple:
         if self.arrays is not None:
             described = {slot: (tuple(a.shape), np.dtype(a.dtype).name)
                          for slot, a in self.arrays.items()}
-        else:
-            described = {slot: (tuple(t.shape), np.dtype(_jax_dtype(_NARROWED.get(t.dtype, t.dtype))).name)
-                         for slot, t in self.world.host_state().items() if slot.kind != "lr"}
-        return tuple(sorted(((s.kind, repr(s.key)), d) for s, d in described.items())), \
-            non_tensor_key
+            return _signature_key(described, self.non_tensor)
+        described = {slot: _described(t) for slot, t in self.world.host_state().items()
+                     if slot.kind != "lr"}
+        return _signature_key(described, self.world.host_non_tensor_state())
 
     def values(self, slots: list[Slot]) -> dict[Slot, Any]:
-        host = self.world.host_state()
+        host = self.world.host_state() if self.arrays is None else {}
+        learning_rates = self.world.learning_rates()
         values = {}
         for slot in slots:
             if slot.kind == "lr":
-                values[slot] = host[slot]
+                values[slot] = learning_rates[slot.key]
             elif self.arrays is not None:
                 values[slot] = self.arrays[slot]
             else:
@@ -274,14 +285,15 @@ class _DeviceState:
         """The state as the next call takes it, on the devices."""
         self.arrays = {**(self.arrays or {}), **arrays}
 
-    def replace(self, captured: Captured, state: dict[Slot, Any]) -> None:
+    def replace(self, program: "Program", state: dict[Slot, Any]) -> None:
         """The state after a call: the tensors it returned (updated or made), and
         those it left alone; not those it dropped (gradients ``zero_grad`` cleared)."""
         before = self.arrays or {}
         self.arrays = {slot: state[slot] if slot in state else before[slot]
-                       for slot in captured.state_after}
-        self.non_tensor = captured.non_tensor_state
+                       for slot in program.captured.state_after}
+        self.non_tensor = program.captured.non_tensor_state
         self.ahead = True
+        self._signature = program.signature_after
 
     def sync(self) -> None:
         if self._tracing or not self.ahead or self.arrays is None:
@@ -300,6 +312,7 @@ class _DeviceState:
         if not self._tracing:
             self.arrays = None
             self.ahead = False
+            self._signature = None
 
     def tracing(self):
         state = self
@@ -413,10 +426,43 @@ def _exact(name: str) -> str:
 
 
 def _marks_key(world: World) -> tuple:
-    return tuple(sorted((s.describe(), m.mesh, m.spec) for s, m in _host_marks(world, ()).items()))
+    """The marks on parameters and buffers, the state's tensors a user marks."""
+    found = []
+    for path, parameter in world.parameters.items():
+        mark = mark_of(parameter)
+        if mark is not None:
+            found.append((path, mark.mesh, mark.spec))
+    for path, (module, name) in world.buffer_owners.items():
+        mark = mark_of(module._buffers[name]) if module._buffers.get(name) is not None else None
+        if mark is not None:
+            found.append(("buffer " + path, mark.mesh, mark.spec))
+    return tuple(found)
 
 
 # ------------------------------------------------------------------ values and signatures
+
+def _signature_of(captured: Captured) -> tuple:
+    """The state's signature (as `_DeviceState.signature` reads it) after a call of
+    the program `captured` was traced from."""
+    placeholders = [n for n in captured.graph.graph.nodes if n.op == "placeholder"]
+    outputs = next(n for n in captured.graph.graph.nodes if n.op == "output").args[0]
+    values = {slot: placeholders[i].meta["val"] for i, slot in enumerate(captured.state_in)}
+    count = len(captured.output_dtypes)
+    values.update({slot: outputs[count + i].meta["val"]
+                   for i, slot in enumerate(captured.state_out)})
+    described = {slot: _described(values[slot]) for slot in captured.state_after}
+    return _signature_key(described, captured.non_tensor_state)
+
+
+def _described(tensor: torch.Tensor) -> tuple:
+    return tuple(tensor.shape), np.dtype(_jax_dtype(_NARROWED.get(tensor.dtype, tensor.dtype))).name
+
+
+def _signature_key(described: dict, non_tensor: dict) -> tuple:
+    non_tensor_key = tuple(sorted((path, tuple(sorted((k, repr(v)) for k, v in entries.items())))
+                                  for path, entries in non_tensor.items()))
+    return tuple(sorted(((s.kind, repr(s.key)), d) for s, d in described.items())), non_tensor_key
+
 
 def _arguments_key(args: tuple) -> tuple:
     leaves, spec = pytree.tree_flatten(args)
@@ -432,13 +478,15 @@ def _arguments_key(args: tuple) -> tuple:
 
 def _input_structs(captured: Captured) -> tuple:
     """The program's example arguments: each placeholder's shape and dtype, as JAX
-    takes them (int64 as int32)."""
+    takes them (int64 as int32), and the random seed."""
+    import jax
+
     graph_inputs = [n for n in captured.graph.graph.nodes if n.op == "placeholder"]
     structs = [_struct(node.meta["val"]) for node in graph_inputs]
     state = lowering.nested(captured.state_in, structs[:len(captured.state_in)])
     arguments = structs[len(captured.state_in):]
     return (state["params"], state["buffers"], state["grads"], state["optimizer"],
-            state["lr"], arguments)
+            state["lr"], arguments, jax.ShapeDtypeStruct((), np.uint32))
 
 
 def _struct(value: torch.Tensor):

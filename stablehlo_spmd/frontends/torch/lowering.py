@@ -41,19 +41,33 @@ _constraint_primitive = None
 
 
 def program(captured: Captured) -> Callable:
-    """The JAX function ``(params, buffers, grads, optimizer, lr, args) -> (outputs, state)``."""
+    """The JAX function ``(params, buffers, grads, optimizer, lr, args, seed) -> (outputs,
+    state)``.  Its attribute ``draws_random`` says, once it has been traced, whether
+    its random ops (dropout) read `seed`: torchax draws them from its environment's
+    key, which the program sets from `seed` for the length of the call."""
     env = environment()
     graph = captured.graph
 
-    def run(params, buffers, grads, optimizer, lr, args):
+    def run(params, buffers, grads, optimizer, lr, args, seed):
+        import jax
+        from torchax.tensor import RuntimeProperty
+
         state = {"params": params, "buffers": buffers, "grads": grads,
                  "optimizer": optimizer, "lr": lr}
         inputs = [lookup(state, slot) for slot in captured.state_in] + list(args)
-        results = _Lowering(graph, env).run(*inputs)
+        outer = env._property.content
+        key = jax.random.key(seed)
+        env._property.content = RuntimeProperty.override(outer, prng=key)
+        try:
+            results = _Lowering(graph, env).run(*inputs)
+            run.draws_random = env._property.content.prng is not key
+        finally:
+            env._property.content = outer
         results = [r._elem if hasattr(r, "_elem") else r for r in results]
         count = len(captured.output_dtypes)
         return results[:count], nested(captured.state_out, results[count:])
 
+    run.draws_random = False
     return run
 
 
@@ -123,6 +137,12 @@ class _Lowering(torch.fx.Interpreter):
             return Tensor(_constrain(tensor._elem, sharding), self.torchax)
         if target is operator.getitem or not isinstance(target, torch._ops.OpOverload):
             return target(*args, **kwargs)
+        own = _OWN_LOWERINGS.get(target)
+        if own is not None:
+            from torchax.tensor import Tensor
+
+            results = own(*[a._elem if isinstance(a, Tensor) else a for a in args], **kwargs)
+            return tuple(None if r is None else Tensor(r, self.torchax) for r in results)
         if "device" in kwargs:
             # The trace ran on CPU tensors; in the program every value is on the devices.
             kwargs = {**kwargs, "device": "jax"}
@@ -130,6 +150,34 @@ class _Lowering(torch.fx.Interpreter):
             # An int64 constant is int32 without jax's 64-bit mode, as `compiled` says once.
             warnings.filterwarnings("ignore", "Explicitly requested dtype int64")
             return target(*args, **kwargs)
+
+
+def _convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+                          transposed, output_padding, groups, output_mask):
+    """aten's convolution backward, which torchax lacks (its users differentiate with
+    jax.grad): the gradients of torchax's own convolution lowering, by `jax.vjp`."""
+    import jax
+    from torchax.ops import ops_registry
+
+    table = ops_registry.all_aten_ops
+    convolution = (table.get(torch.ops.aten.convolution.default)
+                   or table[torch.ops.aten.convolution]).func
+
+    def forward(x, w):
+        return convolution(x, w, None, stride, padding, dilation, transposed, output_padding,
+                           groups)
+
+    _, pullback = jax.vjp(forward, input, weight)
+    grad_input, grad_weight = pullback(grad_output)
+    grad_bias = None
+    if output_mask[2]:
+        grad_bias = grad_output.sum(axis=tuple(d for d in range(grad_output.ndim) if d != 1))
+    return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None,
+            grad_bias)
+
+
+# aten ops torchax has no lowering for, lowered here: functions of JAX arrays.
+_OWN_LOWERINGS = {torch.ops.aten.convolution_backward.default: _convolution_backward}
 
 
 def _constrain(value, sharding: str):

@@ -136,6 +136,9 @@ class World:
             state[Slot("lr", index)] = float(group["lr"])
         return state
 
+    def learning_rates(self) -> list[float]:
+        return [float(group["lr"]) for group in self.learning_rate_groups()]
+
     def learning_rate_groups(self) -> list[dict]:
         return [group for optimizer in self.optimizers for group in optimizer.param_groups]
 
