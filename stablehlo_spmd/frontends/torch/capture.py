@@ -170,19 +170,22 @@ def _recorder(found: dict[int, marks.Mark], position: int):
 
 class _traceable_library_paths:
     """``torch.compiler.is_compiling()`` is True for the trace, as under ``torch.export``;
-    attention takes its math path, whose backward is plain ops (the fused CPU
-    kernel's backward is one op that nothing lowers)."""
+    attention and recurrent layers take their plain-op paths, not the fused CPU
+    kernels (``_scaled_dot_product_flash_attention_for_cpu`` and its backward,
+    ``mkldnn_rnn_layer``), which are single ops nothing lowers."""
 
     def __enter__(self):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         self._saved = torch.compiler._is_compiling_flag
         torch.compiler._is_compiling_flag = True
-        self._attention = sdpa_kernel([SDPBackend.MATH])
-        self._attention.__enter__()
+        self._contexts = [sdpa_kernel([SDPBackend.MATH]), torch.backends.mkldnn.flags(enabled=False)]
+        for context in self._contexts:
+            context.__enter__()
 
     def __exit__(self, *exc):
-        self._attention.__exit__(*exc)
+        for context in reversed(self._contexts):
+            context.__exit__(*exc)
         torch.compiler._is_compiling_flag = self._saved
 
 

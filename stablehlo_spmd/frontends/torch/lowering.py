@@ -142,6 +142,8 @@ class _Lowering(torch.fx.Interpreter):
             from torchax.tensor import Tensor
 
             results = own(*[a._elem if isinstance(a, Tensor) else a for a in args], **kwargs)
+            if not isinstance(results, tuple):
+                return Tensor(results, self.torchax)
             return tuple(None if r is None else Tensor(r, self.torchax) for r in results)
         if "device" in kwargs:
             # The trace ran on CPU tensors; in the program every value is on the devices.
@@ -152,16 +154,20 @@ class _Lowering(torch.fx.Interpreter):
             return target(*args, **kwargs)
 
 
-def _convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
-                          transposed, output_padding, groups, output_mask):
-    """aten's convolution backward, which torchax lacks (its users differentiate with
-    jax.grad): the gradients of torchax's own convolution lowering, by `jax.vjp`."""
-    import jax
+def _torchax_lowering(op) -> Callable:
+    """torchax's JAX function for an aten op."""
     from torchax.ops import ops_registry
 
     table = ops_registry.all_aten_ops
-    convolution = (table.get(torch.ops.aten.convolution.default)
-                   or table[torch.ops.aten.convolution]).func
+    return (table.get(op) or table[op.overloadpacket]).func
+
+
+def _convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+                          transposed, output_padding, groups, output_mask):
+    """The gradients of torchax's own convolution lowering, by `jax.vjp`."""
+    import jax
+
+    convolution = _torchax_lowering(torch.ops.aten.convolution.default)
 
     def forward(x, w):
         return convolution(x, w, None, stride, padding, dilation, transposed, output_padding,
@@ -176,8 +182,32 @@ def _convolution_backward(grad_output, input, weight, bias_sizes, stride, paddin
             grad_bias)
 
 
-# aten ops torchax has no lowering for, lowered here: functions of JAX arrays.
-_OWN_LOWERINGS = {torch.ops.aten.convolution_backward.default: _convolution_backward}
+def _max_pool_backward(forward_op):
+    """Max pooling's input gradient, by `jax.vjp` of torchax's forward (the window's
+    first maximum takes the gradient, as torch's indices say)."""
+
+    def backward(grad_output, input, kernel_size, stride, padding, dilation, ceil_mode,
+                 indices):
+        import jax
+
+        pool = _torchax_lowering(forward_op)
+        _, pullback = jax.vjp(
+            lambda x: pool(x, kernel_size, stride, padding, dilation, ceil_mode)[0], input)
+        return pullback(grad_output)[0]
+
+    return backward
+
+
+# aten ops lowered here, as functions of JAX arrays: backward ops torchax lacks (its
+# users differentiate with jax.grad), and max pooling's, which torchax approximates
+# (it adds each output's gradient to its whole window).
+_OWN_LOWERINGS = {
+    torch.ops.aten.convolution_backward.default: _convolution_backward,
+    torch.ops.aten.max_pool2d_with_indices_backward.default:
+        _max_pool_backward(torch.ops.aten.max_pool2d_with_indices.default),
+    torch.ops.aten.max_pool3d_with_indices_backward.default:
+        _max_pool_backward(torch.ops.aten.max_pool3d_with_indices.default),
+}
 
 
 def _constrain(value, sharding: str):
