@@ -37,7 +37,8 @@ class MLP(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
-def main(steps: int = 5) -> list[float]:
+def setup():
+    """The mesh, the model with its marks, and its training step."""
     torch.manual_seed(0)
     mesh = xs.Mesh(np.arange(NUM_DEVICES), (NUM_DEVICES // 2, 2), ("data", "model"))
     model = MLP()
@@ -54,12 +55,29 @@ def main(steps: int = 5) -> list[float]:
         optimizer.zero_grad()
         return loss
 
+    return mesh, train_fn
+
+
+def batches(count: int) -> list:
     generator = torch.Generator().manual_seed(1)
-    batches = [(torch.randn(32, 64, generator=generator),
-                torch.randint(0, 10, (32,), generator=generator)) for _ in range(steps)]
+    return [(torch.randn(32, 64, generator=generator),
+             torch.randint(0, 10, (32,), generator=generator)) for _ in range(count)]
+
+
+def training_step_example():
+    """For ``stablehlo-spmd export examples/torch_spmd.py:training_step_example``:
+    (the training step, one marked batch)."""
+    mesh, train_fn = setup()
+    x, y = batches(1)[0]
+    xs.mark_sharding(x, mesh, ("data", None))
+    return train_fn, (x, y)
+
+
+def main(steps: int = 5) -> list[float]:
+    mesh, train_fn = setup()
     step = None
     losses = []
-    for x, y in batches:
+    for x, y in batches(steps):
         xs.mark_sharding(x, mesh, ("data", None))
         if step is None:
             step = xs.compile(train_fn, x, y)

@@ -27,7 +27,7 @@ import click
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.cli.common import fail, read_text, run_cli
 from stablehlo_spmd.cli.common import write_output
-from stablehlo_spmd.frontends.jax import export_reference
+from stablehlo_spmd.frontends.jax import export, load_reference
 from stablehlo_spmd.ir import ParseError, make_context, parse_module, print_module
 from stablehlo_spmd.pipeline import Pipeline, parse_pipeline, run_pipeline
 
@@ -44,8 +44,27 @@ def cli() -> None:
                    "FUNCTION is a zero-argument factory returning (function, example_args).")
 @click.option("-o", "output_file", default="-", metavar="OUTPUT", help="Output file ('-' is stdout).")
 def export_command(function_ref: str, args_ref: str | None, output_file: str) -> None:
-    """Export a JAX function to StableHLO text, arguments named by pytree path."""
-    write_output(output_file, export_reference(function_ref, args_ref))
+    """Export a JAX function, or a PyTorch module or training step, to StableHLO text
+    with named arguments (pytree paths; torch's parameter names)."""
+    function, args = load_reference(function_ref, args_ref)
+    if _is_torch(function, args):
+        from stablehlo_spmd.frontends.torch import export as export_torch
+
+        write_output(output_file, export_torch(function, *args))
+    else:
+        write_output(output_file, export(function, *args))
+
+
+def _is_torch(function, args: tuple) -> bool:
+    """A torch module, or torch tensors to run on: the PyTorch front end's program.
+    (Only a program that loaded torch can be one.)"""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    from torch.utils import _pytree
+
+    return isinstance(function, torch.nn.Module) or any(
+        isinstance(leaf, torch.Tensor) for leaf in _pytree.tree_leaves(args))
 
 
 @contextlib.contextmanager

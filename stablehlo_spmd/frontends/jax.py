@@ -122,18 +122,18 @@ def _import(module_name: str):
         raise SpmdError(f"cannot import {module_name!r}: {error}") from None
 
 
-def export_reference(function_ref: str, args_ref: str | None = None) -> str:
-    """Export ``MODULE:FUNCTION``.
+def load_reference(function_ref: str, args_ref: str | None = None) -> tuple[Callable, tuple]:
+    """``MODULE:FUNCTION`` and its example arguments, for the command line.
 
     With `args_ref`, it names the example arguments (a tuple, or a callable
     returning one).  Without it, FUNCTION must be a zero-argument factory that
-    returns ``(function, example_args)``.
+    returns ``(function, example_args)``.  Any front end's programs load this way.
     """
     target = load_object(function_ref)
     if args_ref is not None:
         args = load_object(args_ref)
         args = args() if callable(args) else args
-        return export(target, *args)
+        return target, tuple(args)
     if not callable(target):
         raise SpmdError(f"{function_ref} is not callable")
     try:
@@ -143,4 +143,4 @@ def export_reference(function_ref: str, args_ref: str | None = None) -> str:
                         f"(function, example_args), or pass --example-args ({error})") from None
     if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
         raise SpmdError(f"{function_ref}() must return (function, example_args)")
-    return export(made[0], *made[1])
+    return made[0], tuple(made[1])
