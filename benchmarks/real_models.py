@@ -81,7 +81,8 @@ from typing import Any, Callable  # noqa: E402
 # compare_xla sets XLA_FLAGS (8 host devices) and JAX_PLATFORMS before it imports jax.
 from compare_xla import DEVICES, REPORT_DIR, ROOT, Workload, run_info, run_workload  # noqa: E402
 from hlo_collectives import fmt_bytes  # noqa: E402
-from report import counts, ratio, ratio_value  # noqa: E402
+from report import (  # noqa: E402
+    UNMATCHED, ProgramResult, failure_lines, measured_cells, ratio, ratio_value)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -287,26 +288,12 @@ RULE_SETS = {   # name -> (mesh, rules, which models use it)
 
 
 @dataclasses.dataclass
-class Result:
-    model: str
-    rules: str
-    program: str
-    mesh: str
-    row: Any = None                 # compare_xla's report.Row, or None when it failed
+class Result(ProgramResult):
     one_device_error: float | None = None
     mismatch: str = ""              # numerics against one device, when they differ
-    failure: str = ""               # an exception that stopped the measurement
-    unmatched_rules: set | None = None   # spmd-annotate's warnings; None: it did not finish
-
-    @property
-    def name(self) -> str:
-        return f"{self.model} {self.program} {self.rules}"
 
 
 RTOL, ATOL = 1e-4, 1e-4
-
-
-UNMATCHED = "matched no argument or result"   # spmd-annotate's warning
 
 
 def _against_one_device(text: str, mesh: str, rules: list, leaves: list, names: list[str],
@@ -385,15 +372,7 @@ def _cells(result: Result) -> tuple[str, ...]:
         error += " MISMATCH"
     if row is None:
         return base + ("FAILED",) + ("",) * (len(HEADER) - len(base) - 2) + (error,)
-    ours_memory = row.ours_memory.total if row.ours_memory else None
-    xla_memory = row.xla_memory.total if row.xla_memory else None
-    return base + (
-        counts(row.ours), counts(row.xla), fmt_bytes(row.ours_bytes), fmt_bytes(row.xla_bytes),
-        ratio(row.ours_bytes, row.xla_bytes), f"{row.ours_ms:.3f}", f"{row.xla_ms:.3f}",
-        ratio(row.ours_ms, row.xla_ms),
-        "n/a" if ours_memory is None else fmt_bytes(ours_memory),
-        "n/a" if xla_memory is None else fmt_bytes(xla_memory),
-        ratio(ours_memory, xla_memory), error)
+    return base + measured_cells(row) + (error,)
 
 
 def problems(results: list[Result]) -> list[str]:
@@ -407,12 +386,9 @@ def problems(results: list[Result]) -> list[str]:
             continue   # (a partial run: --only, or a model whose programs all failed)
         for warning in sorted(set.intersection(*(r.unmatched_rules for r in runs))):
             lines.append(f"rule set {rule_set}: {warning} in any program")
-    for r in results:
-        if r.mismatch:
-            lines.append(f"{r.name}: NUMERICS differ from the single-device run: {r.mismatch}")
-        if r.failure:
-            lines.append(f"{r.name}: FAILED: {r.failure}")
-    return lines
+    lines += [f"{r.name}: NUMERICS differ from the single-device run: {r.mismatch}"
+              for r in results if r.mismatch]
+    return lines + failure_lines(results)
 
 
 def losers(results: list[Result], shown: int = 4) -> list[str]:

@@ -160,6 +160,46 @@ def counts(found: list[Collective]) -> str:
     return " ".join(parts) or "none"
 
 
+# spmd-annotate's warning for a rule that matched no argument or result.
+UNMATCHED = "matched no argument or result"
+
+
+@dataclasses.dataclass
+class ProgramResult:
+    """One (model, rule set, program) of a model benchmark, measured against XLA."""
+
+    model: str
+    rules: str
+    program: str
+    mesh: str
+    row: Any = None                      # compare_xla's Row, or None when it failed
+    failure: str = ""                    # an exception that stopped the measurement
+    unmatched_rules: set | None = None   # spmd-annotate's warnings; None: it did not finish
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} {self.program} {self.rules}"
+
+
+def failure_lines(results) -> list[str]:
+    """One line per program that raised: its name and its error."""
+    return [f"{r.name}: FAILED: {r.failure}" for r in results if r.failure]
+
+
+def measured_cells(row) -> tuple[str, ...]:
+    """A compare_xla row's measured columns, ours beside XLA's: collectives, bytes,
+    step milliseconds and memory, each with its ratio."""
+    ours_memory = row.ours_memory.total if row.ours_memory else None
+    xla_memory = row.xla_memory.total if row.xla_memory else None
+    return (
+        counts(row.ours), counts(row.xla), fmt_bytes(row.ours_bytes), fmt_bytes(row.xla_bytes),
+        ratio(row.ours_bytes, row.xla_bytes), f"{row.ours_ms:.3f}", f"{row.xla_ms:.3f}",
+        ratio(row.ours_ms, row.xla_ms),
+        "n/a" if ours_memory is None else fmt_bytes(ours_memory),
+        "n/a" if xla_memory is None else fmt_bytes(xla_memory),
+        ratio(ours_memory, xla_memory))
+
+
 def _memory_text(memory: Memory | None) -> str:
     return "n/a" if memory is None else memory.describe()
 
