@@ -141,6 +141,10 @@ class Mesh:
         array.setflags(write=False)
         return array
 
+    def get_logical_mesh(self) -> np.ndarray:
+        """`devices`, under PyTorch/XLA's name for it."""
+        return self.devices
+
     @functools.cached_property
     def device_positions(self) -> np.ndarray:
         """Inverse of `device_ids`: the flat mesh position of each device id."""

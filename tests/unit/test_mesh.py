@@ -115,6 +115,11 @@ def test_shape_is_ordered_dict_in_mesh_order():
     assert shape != collections.OrderedDict([("a", 3), ("z", 2), ("m", 4)])
 
 
+def test_logical_mesh_is_pytorch_xlas_device_array():
+    mesh = Mesh([3, 2, 1, 0], (2, 2), ("data", "model"))
+    assert mesh.get_logical_mesh().tolist() == [[3, 2], [1, 0]]
+
+
 def test_devices_array_iota():
     mesh = Mesh.from_string("data=4,model=2")
     np.testing.assert_array_equal(mesh.devices, np.arange(8).reshape(4, 2))
