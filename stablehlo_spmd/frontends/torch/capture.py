@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -180,12 +181,16 @@ class _traceable_library_paths:
         self._saved = torch.compiler._is_compiling_flag
         torch.compiler._is_compiling_flag = True
         self._contexts = [sdpa_kernel([SDPBackend.MATH]), torch.backends.mkldnn.flags(enabled=False)]
-        for context in self._contexts:
-            context.__enter__()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # mkldnn's flags warn about Intel GPUs' TF32
+            for context in self._contexts:
+                context.__enter__()
 
     def __exit__(self, *exc):
-        for context in reversed(self._contexts):
-            context.__exit__(*exc)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for context in reversed(self._contexts):
+                context.__exit__(*exc)
         torch.compiler._is_compiling_flag = self._saved
 
 

@@ -39,7 +39,7 @@ from jaxlib.mlir import ir
 from stablehlo_spmd.ir import location_name, make_context, print_module
 
 NODE_SCOPE = "@"
-_SCOPED = re.compile(r"(?:^|/)@([A-Za-z_][A-Za-z0-9_]*)(?:/|$)")
+_SCOPED = re.compile(r"(?:\"|/)@([A-Za-z_][A-Za-z0-9_]*)(?:/|\")")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
@@ -61,15 +61,18 @@ def finish(text: str, graph: torch.fx.GraphModule, partitions: int | None,
         made: dict[str, ir.Location] = {}
 
         def relocate(op: ir.Operation) -> None:
-            name = location_name(op.location) or ""
+            # The scope may sit inside other names: an op torchax lowers through a
+            # jax.jit of its own is named "jit:"(... "@node/..." ...).
             match = None
-            for match in _SCOPED.finditer(name):
+            for match in _SCOPED.finditer(str(op.location)):
                 pass   # the innermost node scope
             if match is not None:
                 node = match.group(1)
                 if node not in made:
                     made[node] = _location(*sources.get(node, ("", None, None)))
                 op.location = made[node]
+            elif op.name not in ("builtin.module", "func.func"):
+                op.location = ir.Location.unknown()   # the lowering's own (the random key)
             for region in op.regions:
                 for block in region.blocks:
                     for inner in block.operations:

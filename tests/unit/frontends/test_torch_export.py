@@ -140,3 +140,18 @@ def test_a_parameter_the_function_cannot_name_is_refused():
         text = xs.export(uses_a_module_through_a_dict, torch.randn(2, 4),
                          modules=[hidden["model"]])
     assert "params['weight']" in text
+
+
+def test_ops_are_located_in_the_models_code_not_the_lowerings():
+    class Scan(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.fc(x).cumsum(dim=0)   # torchax lowers cumsum through a jax.jit
+
+    text = xs.export(Scan(), torch.randn(4, 8))
+    assert "torchax" not in text and "frontends/torch" not in text
+    assert re.search(r'loc\("[^"]*test_torch_export.py":\d+:1\)', text)
+    assert 'loc("fc"(' in text    # the module path names the ops it made
