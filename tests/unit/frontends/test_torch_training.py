@@ -19,6 +19,10 @@ from stablehlo_spmd.frontends.torch.world import Slot
 MESH = xs.Mesh(list(range(8)), (4, 2), ("data", "model"))
 TOLERANCE = 1e-5
 
+# The labels are int64: each compiled step says once that they enter as int32
+# (test_int64_arguments_are_narrowed_once_with_a_warning checks that warning).
+pytestmark = pytest.mark.filterwarnings("ignore:int64 and float64 arguments:UserWarning")
+
 
 class Classifier(torch.nn.Module):
     """Linear, batch norm (running statistics: buffers the step updates), linear."""
@@ -51,7 +55,7 @@ def _eager_step(model, optimizer, x, y):
     loss.backward()
     optimizer.step()
     optimizer.zero_grad()
-    return loss
+    return loss.detach()
 
 
 def _assert_same_state(model, optimizer, twin, twin_optimizer):
