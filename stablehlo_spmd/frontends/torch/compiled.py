@@ -163,7 +163,8 @@ class Traced:
                            self.captured.graph, self.mesh.size if self.mesh is not None else None,
                            replaced.get)
         self.out_tree = jax.tree.structure(jax.eval_shape(self.program, *self.in_structs))
-        self.rules = _mark_rules(self.captured, host_marks) + list(rules)
+        self.rules = (_mark_rules(self.captured, host_marks) + _scalar_rules(self.captured)
+                      + list(rules))
         self.name = getattr(fn, "__name__", type(fn).__name__)
         if self.mesh is None:
             self.annotated = self.text
@@ -401,6 +402,20 @@ def _mark_rules(captured: Captured, marks: dict) -> list:
                 rules.append((_exact(slot.describe()), mark.spec))
             if slot in captured.state_out:
                 rules.append((_exact(_result_name(slot)), mark.spec))
+    return rules
+
+
+def _scalar_rules(captured: Captured) -> list:
+    """Scalars of the state (Adam's step count, kept per parameter) are replicated, before
+    the caller's rules: a rule written for a parameter's name (``w``) matches
+    ``optimizer['w']['step']`` too, and has no dimension to split there."""
+    rules = []
+    for slot in dict.fromkeys([*captured.state_in, *captured.state_out]):
+        if _rank_of(captured, slot) == 0:
+            if slot in captured.state_in:
+                rules.append((_exact(slot.describe()), ()))
+            if slot in captured.state_out:
+                rules.append((_exact(_result_name(slot)), ()))
     return rules
 
 

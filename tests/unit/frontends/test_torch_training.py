@@ -236,3 +236,18 @@ def test_an_integer_output_keeps_torchs_dtype():
     got = predict(x)
     assert got.dtype == torch.int64
     assert torch.equal(got, model(x).argmax(dim=-1))
+
+
+def test_a_rule_for_a_parameters_name_lays_out_its_adam_state_and_leaves_the_step_count():
+    model, optimizer, twin, twin_optimizer = _pair(
+        lambda p: torch.optim.AdamW(p, lr=1e-2), batch_norm=False)
+    # The rule matches optimizer['fc1.weight']['step'] too: a scalar, replicated.
+    step = xs.compile(lambda x, y: _eager_step(model, optimizer, x, y), mesh=MESH,
+                      rules=[(r"fc1\.weight", ("model", None))],
+                      modules=[model], optimizers=[optimizer])
+    for x, y in _batches(2):
+        step(x, y)
+        _eager_step(twin, twin_optimizer, x, y)
+    moment = step._state.arrays[Slot("optimizer", ("fc1.weight", "exp_avg"))]
+    assert moment.sharding.spec == jax.sharding.PartitionSpec("model", None)
+    _assert_same_state(model, optimizer, twin, twin_optimizer)
