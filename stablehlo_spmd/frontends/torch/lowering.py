@@ -110,7 +110,7 @@ class _Lowering(torch.fx.Interpreter):
 
         try:
             with jax.named_scope(node_scope(node)):
-                return super().run_node(node)
+                return _as_torch_typed(super().run_node(node), node.meta.get("val"))
         except OperatorNotFound:
             raise SpmdError(f"torch op {_op_name(node.target)} has no lowering to StableHLO"
                             f"{_where(node)}") from None
@@ -152,6 +152,31 @@ class _Lowering(torch.fx.Interpreter):
             # An int64 constant is int32 without jax's 64-bit mode, as `compiled` says once.
             warnings.filterwarnings("ignore", "Explicitly requested dtype int64")
             return target(*args, **kwargs)
+
+
+def _as_torch_typed(result: Any, traced: Any) -> Any:
+    """`result` in the floating dtype torch gave the node.  JAX promotes types its own
+    way: a bf16 tensor times a 0-d f32 tensor (the learning rate) is f32 in JAX and
+    bf16 in torch, and a bf16 parameter would come out of its update as f32."""
+    from torchax.tensor import Tensor
+
+    if isinstance(result, (tuple, list)) and isinstance(traced, (tuple, list)):
+        return type(result)(_as_torch_typed(r, t) for r, t in zip(result, traced))
+    if not (isinstance(result, Tensor) and isinstance(traced, torch.Tensor)
+            and traced.dtype.is_floating_point and traced.dtype != torch.float64):
+        return result
+    from torchax.ops import mappings
+
+    wanted = mappings.t2j_dtype(traced.dtype)
+    if result._elem.dtype == wanted:
+        return result
+    return Tensor(result._elem.astype(wanted), result._env)
+
+
+def _scalar_of(tensor):
+    """A 0-d tensor read as a Python number (``.item()``) where an op takes a Scalar: the
+    optimizers pass ``value=-step_size`` so.  In the program it stays the 0-d value."""
+    return tensor
 
 
 def _torchax_lowering(op) -> Callable:
@@ -199,9 +224,11 @@ def _max_pool_backward(forward_op):
 
 
 # aten ops lowered here, as functions of JAX arrays: backward ops torchax lacks (its
-# users differentiate with jax.grad), and max pooling's, which torchax approximates
-# (it adds each output's gradient to its whole window).
+# users differentiate with jax.grad), max pooling's, which torchax approximates (it
+# adds each output's gradient to its whole window), and reading a 0-d tensor as a
+# number, which torchax does on the host (impossible inside a program).
 _OWN_LOWERINGS = {
+    torch.ops.aten._local_scalar_dense.default: _scalar_of,
     torch.ops.aten.convolution_backward.default: _convolution_backward,
     torch.ops.aten.max_pool2d_with_indices_backward.default:
         _max_pool_backward(torch.ops.aten.max_pool2d_with_indices.default),

@@ -80,7 +80,9 @@ def _assert_same_state(model, optimizer, twin, twin_optimizer):
     lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
     lambda p: torch.optim.AdamW(p, lr=1e-2),
     lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True),
-], ids=["sgd-momentum", "sgd-nesterov", "adamw", "adam-foreach"])
+    lambda p: torch.optim.RMSprop(p, lr=1e-2),
+    lambda p: torch.optim.Adagrad(p, lr=1e-2),
+], ids=["sgd-momentum", "sgd-nesterov", "adamw", "adam-foreach", "rmsprop", "adagrad"])
 def test_three_steps_match_eager_torch(make_optimizer):
     # Adam turns a gradient that is rounding noise into a full step (a bias before a batch
     # norm has such gradients): this model keeps every gradient informative.
@@ -251,3 +253,24 @@ def test_a_rule_for_a_parameters_name_lays_out_its_adam_state_and_leaves_the_ste
     moment = step._state.arrays[Slot("optimizer", ("fc1.weight", "exp_avg"))]
     assert moment.sharding.spec == jax.sharding.PartitionSpec("model", None)
     _assert_same_state(model, optimizer, twin, twin_optimizer)
+
+
+def test_a_bfloat16_model_stays_bfloat16_and_trains_as_in_torch():
+    # A bf16 parameter times the f32 learning rate is bf16 in torch and f32 in JAX: the
+    # program must keep torch's dtypes, or the update would not fit the parameter.
+    model, optimizer, twin, twin_optimizer = _pair(
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), batch_norm=False)
+    model.to(torch.bfloat16)
+    twin.to(torch.bfloat16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    twin_optimizer = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
+    step = xs.compile(lambda x, y: _eager_step(model, optimizer, x, y),
+                      modules=[model], optimizers=[optimizer])
+    for x, y in _batches(2):
+        step(x.bfloat16(), y)
+        _eager_step(twin, twin_optimizer, x.bfloat16(), y)
+    for name, want in twin.state_dict().items():
+        got = model.state_dict()[name]
+        assert got.dtype == torch.bfloat16, name
+        # bf16 keeps 8 bits of mantissa: its rounding, not 1e-5, is the tolerance.
+        assert float((got.float() - want.float()).abs().max()) <= 2e-2 * float(want.abs().max())
