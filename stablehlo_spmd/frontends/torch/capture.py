@@ -88,8 +88,11 @@ def capture(fn: Callable, world: World, args: tuple) -> Captured:
         out_leaves, out_spec = pytree.tree_flatten(result)
         for leaf in out_leaves:
             if not isinstance(leaf, torch.Tensor):
-                raise SpmdError(f"the function returns a {type(leaf).__name__}; "
-                                "a compiled function returns tensors only")
+                raise SpmdError(
+                    f"the function returns a value of type {type(leaf).__name__}, and a compiled "
+                    "function returns tensors only: return the tensors it needs (a transformers "
+                    "model's `.logits`, or the model built with use_cache=False, which "
+                    "returns no cache)")
         traced_outputs["spec"] = out_spec
         traced_outputs["dtypes"] = [leaf.dtype for leaf in out_leaves]
         traced_outputs["state_out"] = list(after)

@@ -155,3 +155,12 @@ def test_ops_are_located_in_the_models_code_not_the_lowerings():
     assert "torchax" not in text and "frontends/torch" not in text
     assert re.search(r'loc\("[^"]*test_torch_export.py":\d+:1\)', text)
     assert 'loc("fc"(' in text    # the module path names the ops it made
+
+
+def test_an_output_that_is_not_a_tensor_is_refused_with_what_to_do():
+    class Cached(torch.nn.Module):
+        def forward(self, x):
+            return x * 2, {"cache": object()}
+
+    with pytest.raises(ss.SpmdError, match="returns a value of type object.*tensors only.*use_cache=False"):
+        xs.export(Cached(), torch.randn(2, 3))
