@@ -183,7 +183,8 @@ class _traceable_library_paths:
 
         self._saved = torch.compiler._is_compiling_flag
         torch.compiler._is_compiling_flag = True
-        self._contexts = [sdpa_kernel([SDPBackend.MATH]), torch.backends.mkldnn.flags(enabled=False)]
+        self._contexts = [sdpa_kernel([SDPBackend.MATH]),
+                          torch.backends.mkldnn.flags(enabled=False)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # mkldnn's flags warn about Intel GPUs' TF32
             for context in self._contexts:

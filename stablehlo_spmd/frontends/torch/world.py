@@ -61,7 +61,8 @@ class Slot:
 class World:
     """The modules and optimizers a function uses, and the state they hold."""
 
-    def __init__(self, modules: dict[str, torch.nn.Module], optimizers: list[torch.optim.Optimizer]):
+    def __init__(self, modules: dict[str, torch.nn.Module],
+                 optimizers: list[torch.optim.Optimizer]):
         self.modules = modules
         self.optimizers = optimizers
         self.parameters: dict[str, torch.nn.Parameter] = {}
@@ -164,7 +165,7 @@ class World:
     # ------------------------------------------------------------ tracing
 
     @contextlib.contextmanager
-    def bound(self, tensors: dict[Slot, torch.Tensor]) -> Iterator[Callable[[], dict[Slot, torch.Tensor]]]:
+    def bound(self, tensors: dict[Slot, torch.Tensor]) -> Iterator[Callable[[], tuple]]:
         """Swap `tensors` (the tracer's, keyed as `host_state` is) into the user's objects.
 
         Yields a function that reads the state back out, as the function left it: its
