@@ -672,6 +672,18 @@ def _failure(error: BaseException) -> str:
     return f"{type(error).__name__}: {' '.join(str(error).split())[:400]}"
 
 
+def _failed(side, error: BaseException) -> None:
+    """One side's failure is reported in its row and on stderr, not fatal to the cell."""
+    side.failure = _failure(error)
+    traceback.print_exc(limit=4, file=sys.stderr)
+
+
+def _dump(directory: str | None, name: str, text: str) -> None:
+    if directory:
+        with open(os.path.join(directory, name), "w") as out:
+            out.write(text)
+
+
 def _largest(found, shown: int = 6) -> list[str]:
     merged: dict[tuple, list] = {}
     for c in found:
@@ -734,8 +746,7 @@ def measure_cell(cell: Cell, run_xla: bool = True, run_auto: bool = True,
     result.export_seconds = time.perf_counter() - start
     if dump:
         os.makedirs(dump, exist_ok=True)
-        with open(os.path.join(dump, f"{cell.name}.mlir"), "w") as out:
-            out.write(text)
+    _dump(dump, f"{cell.name}.mlir", text)
 
     # 1. ours
     ours_out_shardings = None
@@ -747,13 +758,10 @@ def measure_cell(cell: Cell, run_xla: bool = True, run_auto: bool = True,
             result.ours.seconds = time.perf_counter() - start
         executable = _compile_ours(partitioned, mesh.size, result.ours)
         ours_out_shardings = executable.out_shardings
-        if dump:
-            with open(os.path.join(dump, f"{cell.name}.ours.hlo"), "w") as out:
-                out.write(executable.compiled_text())
+        _dump(dump, f"{cell.name}.ours.hlo", executable.compiled_text() if dump else "")
         del executable, partitioned
-    except Exception as error:  # noqa: BLE001  (one side's failure is reported, not fatal)
-        result.ours.failure = _failure(error)
-        traceback.print_exc(limit=4, file=sys.stderr)
+    except Exception as error:  # noqa: BLE001
+        _failed(result.ours, error)
 
     # 2. XLA, with the shardings the same rules give
     if run_xla:
@@ -784,13 +792,10 @@ def measure_cell(cell: Cell, run_xla: bool = True, run_auto: bool = True,
             result.xla.bytes, result.xla.collectives = total_bytes(found), counts(found)
             result.xla.largest = _largest(found)
             result.xla.memory = dataclasses.asdict(Memory.from_stats(compiled.memory_analysis()))
-            if dump:
-                with open(os.path.join(dump, f"{cell.name}.xla.hlo"), "w") as out:
-                    out.write(xla_text)
+            _dump(dump, f"{cell.name}.xla.hlo", xla_text)
             del compiled, xla_text
         except Exception as error:  # noqa: BLE001
-            result.xla.failure = _failure(error)
-            traceback.print_exc(limit=4, file=sys.stderr)
+            _failed(result.xla, error)
 
     # 3. auto_shard with the same rules as hard constraints
     if run_auto:
@@ -806,8 +811,7 @@ def measure_cell(cell: Cell, run_xla: bool = True, run_auto: bool = True,
             del annotated
             _compile_ours(partitioned, mesh.size, result.auto)
         except Exception as error:  # noqa: BLE001
-            result.auto.failure = _failure(error)
-            traceback.print_exc(limit=4, file=sys.stderr)
+            _failed(result.auto, error)
     return result
 
 
@@ -897,8 +901,7 @@ def run_sample_cell(cell: Cell) -> SampleResult:
         result.max_error, result.mismatch = worst, ", ".join(problems[:6]) + (
             f" and {len(problems) - 6} more" if len(problems) > 6 else "")
     except Exception as error:  # noqa: BLE001
-        result.failure = _failure(error)
-        traceback.print_exc(limit=4, file=sys.stderr)
+        _failed(result, error)
     result.seconds = time.perf_counter() - start
     return result
 

@@ -386,7 +386,7 @@ def _mark_rules(captured: Captured, marks: dict) -> list:
     and its optimizer state of the same rank, and each of those as the program
     returns it, so the next call takes the state as this one left it."""
     rules = []
-    present = {*captured.state_in, *captured.state_out}
+    ranks = _ranks(captured)
     for where, mark in marks.items():
         if isinstance(where, tuple) and where[0] == "args":
             rules.append((_exact(f"args[{where[1]}]"), mark.spec))
@@ -394,9 +394,9 @@ def _mark_rules(captured: Captured, marks: dict) -> list:
         slots = [where]
         if where.kind == "params":
             slots.append(Slot("grads", where.key))
-            slots += [other for other in present
+            slots += [other for other, rank in ranks.items()
                       if other.kind == "optimizer" and other.key[0] == where.key
-                      and _rank_of(captured, other) == len(mark.spec)]
+                      and rank == len(mark.spec)]
         for slot in slots:
             if slot in captured.state_in:
                 rules.append((_exact(slot.describe()), mark.spec))
@@ -410,8 +410,8 @@ def _scalar_rules(captured: Captured) -> list:
     the caller's rules: a rule written for a parameter's name (``w``) matches
     ``optimizer['w']['step']`` too, and has no dimension to split there."""
     rules = []
-    for slot in dict.fromkeys([*captured.state_in, *captured.state_out]):
-        if _rank_of(captured, slot) == 0:
+    for slot, rank in _ranks(captured).items():
+        if rank == 0:
             if slot in captured.state_in:
                 rules.append((_exact(slot.describe()), ()))
             if slot in captured.state_out:
@@ -425,15 +425,21 @@ def _result_name(slot: Slot) -> str:
     return f"result[1][{slot.kind!r}]{inner}"
 
 
-def _rank_of(captured: Captured, slot: Slot) -> int | None:
-    graph_inputs = [n for n in captured.graph.graph.nodes if n.op == "placeholder"]
-    if slot in captured.state_in:
-        value = graph_inputs[captured.state_in.index(slot)].meta.get("val")
-        return None if value is None else value.dim()
+def _ranks(captured: Captured) -> dict[Slot, int]:
+    """Each tensor of the state's rank, as the program takes or returns it."""
+    return {slot: value.dim() for slot, value in _state_values(captured).items()}
+
+
+def _state_values(captured: Captured) -> dict[Slot, torch.Tensor]:
+    """The trace's (fake) value of each tensor of the state: as the program returns it
+    where it does, else as it takes it."""
+    placeholders = [n for n in captured.graph.graph.nodes if n.op == "placeholder"]
     outputs = next(n for n in captured.graph.graph.nodes if n.op == "output").args[0]
-    index = len(captured.output_dtypes) + captured.state_out.index(slot)
-    value = outputs[index].meta.get("val")
-    return None if value is None else value.dim()
+    values = {slot: placeholders[i].meta["val"] for i, slot in enumerate(captured.state_in)}
+    count = len(captured.output_dtypes)
+    values.update({slot: outputs[count + i].meta["val"]
+                   for i, slot in enumerate(captured.state_out)})
+    return values
 
 
 def _exact(name: str) -> str:
@@ -459,12 +465,7 @@ def _marks_key(world: World) -> tuple:
 def _signature_of(captured: Captured) -> tuple:
     """The state's signature (as `_DeviceState.signature` reads it) after a call of
     the program `captured` was traced from."""
-    placeholders = [n for n in captured.graph.graph.nodes if n.op == "placeholder"]
-    outputs = next(n for n in captured.graph.graph.nodes if n.op == "output").args[0]
-    values = {slot: placeholders[i].meta["val"] for i, slot in enumerate(captured.state_in)}
-    count = len(captured.output_dtypes)
-    values.update({slot: outputs[count + i].meta["val"]
-                   for i, slot in enumerate(captured.state_out)})
+    values = _state_values(captured)
     described = {slot: _described(values[slot]) for slot in captured.state_after}
     return _signature_key(described, captured.non_tensor_state)
 

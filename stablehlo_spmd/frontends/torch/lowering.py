@@ -31,7 +31,6 @@ import torch
 import torch.fx
 
 from stablehlo_spmd.errors import SpmdError
-
 from stablehlo_spmd.frontends.torch.capture import Captured
 from stablehlo_spmd.frontends.torch.exported import node_scope, torch_source
 from stablehlo_spmd.frontends.torch.torchax_compat import environment

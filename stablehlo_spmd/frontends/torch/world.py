@@ -67,9 +67,11 @@ class World:
         self.optimizers = optimizers
         self.parameters: dict[str, torch.nn.Parameter] = {}
         self.buffer_owners: dict[str, tuple[torch.nn.Module, str]] = {}
+        seen: set[int] = set()
         for prefix, module in modules.items():
             for path, parameter in module.named_parameters(remove_duplicate=False):
-                if not any(parameter is p for p in self.parameters.values()):
+                if id(parameter) not in seen:   # a tied parameter: its first path
+                    seen.add(id(parameter))
                     self.parameters[_joined(prefix, path)] = parameter
             for path, submodule in module.named_modules(remove_duplicate=False):
                 for name, buffer in submodule._buffers.items():
