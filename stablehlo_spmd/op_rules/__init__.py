@@ -259,6 +259,15 @@ def has_rule(op_name: str) -> bool:
 
 # ------------------------------------------------------------- shared bits
 
+# Ops whose value the partitioner makes again, from its operands moved, rather
+# than moves, where that moves fewer bytes (a widening convert, say): cheap,
+# region-free, one result.  The search prices reads of their values the same way.
+REMADE_NOT_MOVED = frozenset({
+    "stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
+    "stablehlo.transpose", "stablehlo.slice", "stablehlo.concatenate", "stablehlo.convert",
+})
+
+
 def project_axes(axes, factors: tuple[int, ...], factor_sizes: tuple[int, ...],
                  axis_size: dict[str, int]) -> list[tuple[int, tuple[str, ...]]]:
     """Deal a dimension's mesh axes out to its factors, major to minor.

@@ -47,6 +47,7 @@ from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions,
     is_manual_boundary, read_hlo)
+from stablehlo_spmd.op_rules import REMADE_NOT_MOVED
 from stablehlo_spmd.partitioning.context import (
     EFFECTFUL, PartitionContext, RegionShardings, erase_unused)
 from stablehlo_spmd.partitioning.skeleton import skeleton as make_skeleton
@@ -378,7 +379,7 @@ class Partitioner:
         if depth <= 0 or not isinstance(owner, ir.OpView | ir.Operation):
             return None
         op = owner.operation
-        if op.name not in _REBUILDABLE:
+        if op.name not in REMADE_NOT_MOVED:
             return None
         if all(self._made_from_constants(operand, depth - 1) for operand in op.operands):
             return op.name
@@ -408,7 +409,7 @@ class Partitioner:
         if depth <= 0 or target.unreduced or not isinstance(value.owner, ir.OpView | ir.Operation):
             return None  # a block argument's owner is its block
         op = value.owner.operation
-        if op.name not in _REBUILDABLE or len(op.results) != 1:
+        if op.name not in REMADE_NOT_MOVED or len(op.results) != 1:
             return None
         before, self._rebuilding = self._rebuilding, (op, (target,))
         try:
@@ -542,12 +543,6 @@ _OWNS_ITS_PLACEMENT = frozenset({
     "stablehlo.constant", "stablehlo.iota",
 })
 
-# Ops made again, rather than moved, where that moves fewer bytes
-# (`Partitioner._rebuild_plan`): cheap, region-free, one result.
-_REBUILDABLE = frozenset({
-    "stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
-    "stablehlo.transpose", "stablehlo.slice", "stablehlo.concatenate", "stablehlo.convert",
-})
 _REBUILD_DEPTH = 4
 # A value made again may be made whole on every device first (a slice of a
 # constant, say), where it is no larger than this: a small temporary, never

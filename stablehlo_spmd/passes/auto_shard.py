@@ -1,7 +1,7 @@
 """``spmd-auto-shard``: choose every value's sharding from a mesh and a memory budget.
 
 The pass reads the module into the propagation graph (`ModuleGraph`, the
-one ``spmd-propagate`` builds), hands it to the search (`auto_sharding.py`),
+one ``spmd-propagate`` builds), hands it to the search (`auto_sharding/`),
 and writes the plan back the way ``spmd-propagate`` writes its answer: an
 ``mhlo.sharding`` on every op and function argument and result, and a
 marked reshard where a Partial value meets a consumer that needs its sum.

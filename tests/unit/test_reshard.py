@@ -324,7 +324,7 @@ def even_problems(draw):
 @given(even_problems())
 def test_even_moves_price_alike_in_any_dim_order_and_rank(problem):
     """The search prices one move per class of transposes and ranks
-    (`auto_sharding.Search._move_class`): between layouts that split evenly,
+    (`auto_sharding.graph.Pricer._move_class`): between layouts that split evenly,
     naming the dims in another order moves the same fraction of the tensor
     (a tie may go to another axis first), and adding a dim neither layout
     splits moves the same fraction over the same axes where no axis divides

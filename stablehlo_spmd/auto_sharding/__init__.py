@@ -1,0 +1,139 @@
+"""Automatic sharding: choose every value's layout from a mesh and a memory budget.
+
+This package is the search, over the same plain graph the propagation solver
+uses (`op_graph.Node`s: an `OpRule` and value ids; shapes and element
+sizes); the ``spmd-auto-shard`` pass builds the graph from a module and
+writes the answer back.  Every layout the search can pick is one the
+op-rule table allows, and every move between layouts is priced by the
+reshard planner, so the plan it prices is the program the partitioner emits.
+
+Its files, each reading only those above it:
+
+- `graph.py`: what the search reads and answers (`Graph`, `Plan`,
+  `CostModel`, the errors) and the price of a move between layouts (`Pricer`);
+- `strategies.py`: an op's strategies from its rule (`_Strategies`);
+- `clustering.py`: value classes (tied values) and variable classes
+  (repeated layers);
+- `memory.py`: the memory terms, the rows that bound them, a plan's peak;
+- `program.py`: the 0-1 program and its solver (`_Milp`);
+- `search.py`: `Search`, the decision units and their edges, and the
+  measured loop that solves them.
+
+The formulation (Alpa's, made smaller)
+--------------------------------------
+*Strategies* (`strategies.py`).  An op's strategy deals mesh axes out to its
+factors (`OpRule`): each axis goes to one PASS_THROUGH or REDUCTION factor
+it divides, or to none, and a factor's axes are taken in every order (which
+is major decides which devices share a block: expert parallelism splits its
+tokens with the expert axis minor).  That fixes the layout the op reads each
+operand in and writes each result in.  A sum whose REDUCTION factor is split
+writes a Partial result (OneFlow's P), or, as a second strategy, finishes
+the sum inside the op; an op linear in its operands (`UnreducedFlow`) may
+also carry a Partial through.  A *contraction* (an op with two operands that
+share a REDUCTION factor: dot, convolution) never computes the same block
+twice (Alpa's rule): only its strategies that split its work the most are
+kept.
+
+*Decision units* (`search.py`).  Each strategy set is one decision unit with
+one binary variable per strategy.  Most ops add no unit: an op with no
+REDUCTION factor that creates no data (element-wise ops, transposes,
+reshapes, slices) *follows* its largest operand, its strategy read off that
+operand's layout; it only adds the costs of what it needs.  Values tied
+together (while carries, call arguments, function results) are one value
+class.  A class with no single producer (an argument, a loop carry) is a
+unit of its own whose strategies are its layouts.  So is a value read by two
+ops or more: the partitioner reshards a value once per layout, and every
+reader of that layout shares it, so a sum or a gather that serves several
+readers (or a layout several element-wise readers take) is paid once.  Its
+layouts are every even one and each Partial one its op writes; where the op
+writes it Partial and it is kept summed, the plan says so
+(`Plan.sum_targets`) and its readers share the one sum.  An op whose
+operands are all scalars (a broadcast constant) takes whatever layout its
+one consumer wants, at no cost, and adds nothing; but never a Partial one,
+as every device holds the whole constant.
+
+*Costs* (`graph.Pricer`, `Search._edges`).  Where a value's layout differs
+from the layout a consumer reads it in, the reshard planner's plan is
+priced: bytes per device, or, when bandwidths are given, seconds (alpha +
+bytes / bandwidth per collective, the slowest axis of its group).  Every
+layout priced splits evenly, so a plan is priced once per class of moves
+(the dims either layout splits, their axes and which axis groups divide
+them; in any order where bytes are the price: `Pricer._move_class`) and
+scaled to each tensor.  Between two units the cost is a matrix over their
+strategy pairs, linearized with one continuous variable per pair of distinct
+strategy groups and the transportation constraints (exact: the marginals are
+one-hot).  Within one unit it is a linear term.
+
+The price is the partitioner's: what the search estimates for a plan is
+what ``spmd-partition`` emits for it (tests/unit/test_auto_shard_agreement.py;
+within 0.3% on Llama-3-8B's full-depth step, benchmarks/auto_scale.py).  So
+the search models the partitioner's own choices, each where the partitioner
+makes it.  A follower whose value several ops read runs in the layout the
+value is kept in, as the partitioner runs an op where its result is wanted
+(`Search._add_stored_follower`), or where its leader is with its result
+moved, whichever moves less (`Search._follower_read`,
+`partitioning.strategy._cheapest_rule_plan`).  A value of an op the
+partitioner makes again rather than moves (`op_rules.REMADE_NOT_MOVED`: a
+widening convert, a reshape) is priced at the cheaper of the two
+(`Search.cost`).  At real widths these decide plans: a bf16 residual
+converted to f32 for a norm moves at half the f32 price.
+
+*Memory* (`memory.py`, `Search.solve`).  Each value's bytes per device is
+linear in its unit's variables; a value lives from its producer to its last
+consumer in program order (arguments and results: throughout); a contraction
+that cannot read an operand as a matrix holds a transposed copy of it.  A
+read in another layout than its value's is a copy, shared by the value's
+later reads in that layout; whether one is live depends on two units'
+choices, so a row charges the last plan's copies to their first readers and
+each read that plan makes in place to its pair variables, which see a source
+moving its layout under a reader (`_memory_row`).  The peak over the program
+is bounded by the budget at the program points where it is largest: the
+search solves, measures every point under the plan, adds the points that
+overflow, and solves again (a cutting-plane loop).
+
+*Repeated layers* (`clustering.py`).  Units whose ops look the same from
+three hops away (Weisfeiler-Lehman hashes over the op graph: op, rule,
+shapes and annotations, then their neighbours') share one set of variables,
+and the cost matrices of their edges are summed.  The layers of an unrolled
+stack fall into one class each, so the problem's size does not grow with
+depth; only its building does, linearly, with every cost and strategy
+cached.
+
+*Rematerialization (designed, not built).*  Where no plan fits the budget,
+the search says so and names the least peak it reaches
+(`InfeasibleBudget.smallest`); it does not recompute activations.  A save
+or recompute decision per layer enters the same 0-1 program as follows.
+The saved activations of a layer are the values its forward writes and its
+backward reads (found from the graph: born before the loss, last read
+after it).  For a class of repeated layers with n copies (one set of layout
+variables x_s, s a strategy of a unit of the class), add an integer k in
+[0, n], the copies recomputed, and per strategy a continuous y_s with
+0 <= y_s <= n x_s and sum_s y_s = k: y_s counts the recomputed copies laid
+out by s, so every term below stays linear although it multiplies a layout
+by a count.  At a program point in the backward, a saved value of bytes
+b_s per device contributes b_s (n x_s - y_s) instead of b_s n x_s, plus one
+layer's recomputed activations while that layer's backward runs (a term
+like any value's).  The objective adds each recomputed copy's forward
+collectives again, sum_s c_s y_s with c_s the class's forward edge and
+op costs under s, and, where a cost model in seconds is given, its FLOPs
+over the device's throughput (bytes alone would never choose to
+recompute).  `jax.checkpoint`'s policies are the points k = 0 (save
+everything) and k = n (recompute everything); per-value policies
+(save the matmul outputs, recompute the element-wise ops) split a layer's
+saved values into two such sets with a k each.  Writing the plan back needs
+a pass that clones a layer's forward ops before its backward's first read,
+which the partitioner would then lay out like any op.  No anchor (XLA's
+auto-sharding, Alpa, autoparallel) chooses the two together.
+
+*The solver* (`program.py`) is HiGHS: the LP relaxation first, kept warm
+across solves; where it blends choices, the 0-1 program on its support
+decides them, and a few levels of division prove the plan; where that
+proof falls short, the whole 0-1 program.  `program.py` says why each.
+"""
+
+from stablehlo_spmd.auto_sharding.graph import (
+    CostModel, Graph, InfeasibleBudget, Plan, SearchTimeLimit, format_bytes)
+from stablehlo_spmd.auto_sharding.search import Search, search
+
+__all__ = ["CostModel", "Graph", "InfeasibleBudget", "Plan", "Search", "SearchTimeLimit",
+           "format_bytes", "search"]

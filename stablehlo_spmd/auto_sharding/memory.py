@@ -1,0 +1,297 @@
+"""What a plan holds in memory: its buffers, the rows that bound them, its peak.
+
+`_Memory` is the part of `Search` that lists the buffers a plan may hold
+(`_memory_terms`: each value's, and the transposed copies contractions
+make), writes the bytes live at a program point as a row linear in the
+program's variables (`_memory_row`), and measures a plan's peak (`_peak`)
+with the copies it makes of values read in other layouts (`_copies`).  How
+the rows bound the peak is the package docstring's *Memory*.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from stablehlo_spmd.auto_sharding.strategies import _is_contraction, _shards
+from stablehlo_spmd.op_graph import NO_VALUE
+from stablehlo_spmd.op_rules import FactorKind, OpRule
+from stablehlo_spmd.sharding import Sharding
+
+
+class _Memory:
+    """The memory terms and rows of a `Search`, over its attributes: `graph`,
+    `layouts`, `nbytes`, `root`, `consumers`, `argument_roots`, `real_nodes`,
+    `unit_of_node`, `node_strategy`, `free_sources` and `value_layouts`.
+    `_memory_terms` sets `reads` and `read_sources`, which the rows and the
+    copies read."""
+
+    def _memory_terms(self):
+        """Per buffer: (class root, unit, bytes per device per strategy, born, last use).
+
+        Tied values share a layout, but not always a buffer.  A function result
+        and the value returned, a call's operand and the callee's argument, are
+        one buffer: their spans touch at the tie.  A callee called from two
+        layers ties both calls' values into one class, and those are two
+        buffers, one per call: so a class holds one buffer per run of
+        overlapping member spans, each member live from its definition (its
+        first read, where nothing in the graph defines it) to its last use in
+        program order.  Arguments and results live throughout: XLA gives each
+        its own allocation, never shared with a temporary, and its memory
+        analysis counts them so.  A value XLA fuses into its one reader (see
+        `_fused`) is never a buffer of its own.
+        """
+        graph = self.graph
+        end = len(graph.nodes)
+        spans: dict[int, list[int]] = {}
+        producer_of: dict[int, int] = {}
+        for index, node in enumerate(graph.nodes):
+            for value in node.results:
+                if value != NO_VALUE:
+                    spans.setdefault(value, [index, index])
+                    producer_of.setdefault(value, index)
+            for value in node.operands:
+                if value != NO_VALUE:
+                    span = spans.setdefault(value, [index, index])
+                    span[1] = max(span[1], index)
+        # Each argument and each result is its own buffer for the whole
+        # program (a step's updated parameter is tied to the parameter, but
+        # without donation XLA holds both); a class's other values live in them.
+        held_throughout = collections.Counter(self.root[v]
+                                              for v in (*graph.outputs, *graph.arguments))
+        members: dict[int, list[tuple[int, int, int]]] = collections.defaultdict(list)
+        for value, (first, last) in spans.items():
+            members[self.root[value]].append((first, last, value))
+        # A read in another layout than the value's is a copy; reads of one
+        # value in one layout share it (CSE), from the first to the last.
+        self.reads: dict[int, list] = collections.defaultdict(list)   # value -> reads
+        self.read_sources: dict[int, tuple] = {}
+        for index in self.real_nodes:
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0:
+                continue
+            for position, value in enumerate(graph.nodes[index].operands):
+                if value == NO_VALUE or value in self.free_sources:
+                    continue
+                found = self.value_layouts(value)
+                if found is None:
+                    continue
+                wanted = [s.operands[position] for s in self.node_strategy[index]]
+                sizes = np.array([self.nbytes[value] / _shards(self.layouts, l) for l in wanted])
+                self.reads[value].append((index, unit, wanted, sizes))
+                self.read_sources[value] = found
+        terms = self._transposed_operands(producer_of)
+        for root in sorted(members):
+            found = self._layouts_of(root)
+            if found is None:
+                continue
+            unit, layouts = found
+            per_device = np.array([self.nbytes[root] / _shards(self.layouts, l) for l in layouts])
+            if held_throughout[root]:
+                terms.extend([(root, unit, per_device, 0, end)] * held_throughout[root])
+                continue
+            for start, last, values in _merged(members[root]):
+                if not self._fused(values, producer_of):
+                    terms.append((root, unit, per_device, start, last))
+        return terms
+
+    def _transposed_operands(self, producer_of: dict[int, int]) -> list:
+        """The copy a contraction makes of each operand whose dims are not in
+        a matrix multiply's order: XLA's dot canonicalization transposes it
+        to (batch, free, contracting) (or contracting before free) so that it
+        reads as one batched matrix.  The copy is its operand's size in the
+        layout the contraction reads, and lives at the contraction (a copy of
+        an argument: from the start, see below).  Where the operand is
+        computed by a loop fusion only the contraction reads, the fusion
+        writes the transposed order itself and no copy is made."""
+        graph = self.graph
+        terms = []
+        for index in self.real_nodes:
+            node = graph.nodes[index]
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0 or not _is_contraction(node.rule) or node.rule.windows:
+                continue
+            for position in _transposed_positions(node.rule):
+                value = node.operands[position]
+                if value == NO_VALUE or value in self.free_sources:
+                    continue
+                producer = graph.nodes[producer_of[value]] if value in producer_of else None
+                if producer is not None and len(self.consumers[value]) == 1 and (
+                        producer.rule.elementwise or producer.is_broadcast):
+                    continue
+                sizes = np.array([self.nbytes[value] / _shards(self.layouts, s.operands[position])
+                                  for s in self.node_strategy[index]])
+                # A copy of an argument needs nothing else: XLA's schedule
+                # makes it at the start, as it does an argument's gathers.
+                born = 0 if self.root[value] in self.argument_roots else index
+                terms.append((self.root[value], unit, sizes, born, index))
+        return terms
+
+    def _fused(self, buffer: list[int], producer_of: dict[int, int]) -> bool:
+        """Whether XLA's loop fusion computes the values of `buffer` (tied
+        values, one buffer) inside their one reader: an element-wise op, a
+        broadcast, a reshape or transpose that keeps the elements' order, or
+        a value built from scalars, read by anything but a contraction.  XLA
+        inlines calls before it fuses, so the ties of a call are seen through."""
+        producers = [producer_of[v] for v in buffer
+                     if v in producer_of and not self.graph.nodes[producer_of[v]].is_tie]
+        readers = [read for v in buffer for read in self.consumers[v]]
+        if len(producers) != 1 or len(readers) != 1:
+            return False
+        node = self.graph.nodes[producers[0]]
+        built_from_scalars = any(v in self.free_sources for v in buffer)
+        if not (built_from_scalars or node.rule.elementwise or node.is_broadcast
+                or _is_bitcast(node.rule)):
+            return False
+        return not _is_contraction(self.graph.nodes[readers[0][0]].rule)
+
+    def _layouts_of(self, value: int) -> tuple[int, list[Sharding]] | None:
+        """`value_layouts`, and for a value built from scalars its consumer's reading."""
+        reader = self.free_sources.get(value)
+        if reader is None:
+            return self.value_layouts(value)
+        node, position = reader
+        unit = self.unit_of_node.get(node, -1)
+        if unit < 0:
+            return None
+        return unit, [s.operands[position] for s in self.node_strategy[node]]
+
+    def _memory_row(self, memory, point: int, reference: list[int] | None) -> dict:
+        """Bytes live at `point`, linear in the program's variables: a unit's
+        bytes per strategy, keyed by the unit, and a read's copy per pair of
+        strategies, keyed by (source unit, reader unit), which the solver
+        prices on the pair's variables where the two units have them.
+
+        A copy is made at the first read of a value in another layout and
+        shared by its later reads in that layout, so whether one is live
+        depends on several choices at once.  Around the `reference` plan
+        (the previous round's) the row is exact: each of its copies live at
+        `point` is charged to its first reader, as if the value kept its
+        layout.  Each read the reference makes in place is charged by the
+        pair, where a copy would be live at `point`: a plan that moves the
+        value's layout under such a read pays for the copy it makes there,
+        which the reader alone cannot see."""
+        row: dict = {}
+        for _value, unit, per_device, born, last in memory:
+            if born <= point <= last:
+                row[unit] = row.get(unit, 0) + per_device
+        if reference is None:
+            return row
+        for value, (held, first, _size, start, end) in self._copies(reference):
+            if start <= point <= end:
+                _time, unit, wanted, sizes = first
+                copies = np.array([0.0 if w is held else size
+                                   for w, size in zip(wanted, sizes)])
+                row[unit] = row.get(unit, 0) + copies
+        for value, reads in self.reads.items():
+            if max(read[0] for read in reads) < point:
+                continue
+            source_unit, source_layouts = self.read_sources[value]
+            held = source_layouts[reference[source_unit]]
+            # A copy lives from its first read, or, of an argument, from the start.
+            argument = self.root[value] in self.argument_roots
+            for time_, unit, wanted, sizes in reads:
+                if wanted[reference[unit]] is not held or (time_ < point if argument
+                                                           else time_ > point):
+                    continue
+                key = (source_unit, unit)
+                copies = np.array([[0.0 if w is layout else size for w, size in zip(wanted, sizes)]
+                                   for layout in source_layouts])
+                row[key] = row.get(key, 0) + copies
+        return row
+
+    def _copies(self, strategies: list[int]):
+        """(value, (its layout, first read, bytes, first time, last time)) for
+        each copy of a value in another layout under the plan `strategies`."""
+        for value, reads in self.reads.items():
+            source_unit, source_layouts = self.read_sources[value]
+            held = source_layouts[strategies[source_unit]]
+            spans: dict[int, list] = {}
+            for read in reads:
+                time_, unit, wanted, sizes = read
+                layout = wanted[strategies[unit]]
+                if layout is held:
+                    continue
+                span = spans.get(id(layout))
+                if span is None:
+                    spans[id(layout)] = [held, read, sizes[strategies[unit]], time_, time_]
+                else:
+                    span[3] = min(span[3], time_)
+                    span[4] = max(span[4], time_)
+            for span in spans.values():
+                if self.root[value] in self.argument_roots:
+                    # XLA combines the independent gathers of arguments into
+                    # one, at the start: each copy lives from there.
+                    span[3] = 0
+                yield value, tuple(span)
+
+    def _peak(self, memory, strategies: list[int], points: list[int]) -> tuple[float, int]:
+        delta = collections.defaultdict(float)
+        for _value, unit, per_device, born, last in memory:
+            size = per_device[strategies[unit]]
+            delta[born] += size
+            delta[last + 1] -= size
+        for _value, (_held, _first, size, start, end) in self._copies(strategies):
+            delta[start] += size
+            delta[end + 1] -= size
+        live, peak, at = 0.0, 0.0, 0
+        for point in sorted(delta):
+            live += delta[point]
+            if live > peak:
+                peak, at = live, point
+        return peak, at
+
+
+def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]:
+    """The runs of overlapping (first, last, value) spans: (first, last, values)."""
+    runs: list[tuple[int, int, list[int]]] = []
+    for first, last, value in sorted(spans):
+        if runs and first <= runs[-1][1]:
+            start, end, values = runs[-1]
+            values.append(value)
+            runs[-1] = (start, max(end, last), values)
+        else:
+            runs.append((first, last, [value]))
+    return runs
+
+
+def _is_bitcast(rule: OpRule) -> bool:
+    """A reshape, or a transpose that moves only dimensions of size one: the
+    elements keep their order, so XLA reads the operand's buffer as is."""
+    if len(rule.operands) != 1 or len(rule.results) != 1 or any(rule.windows) \
+            or any(kind is not FactorKind.PASS_THROUGH for kind in rule.factor_kinds):
+        return False
+
+    def order(tensor) -> list[int]:
+        return [f for dim in tensor for f in dim if rule.factor_sizes[f] > 1]
+
+    return order(rule.operands[0]) == order(rule.results[0])
+
+
+def _transposed_positions(rule: OpRule) -> list[int]:
+    """The operands of a contraction whose dims, major to minor, are not
+    batch dims, then free and contracting dims in two runs (either first):
+    the ones a matrix multiply cannot read in place.  A batch factor is in
+    every operand; dims of size one are placed anywhere."""
+    in_all = set.intersection(*({f for dim in tensor for f in dim} for tensor in rule.operands))
+    positions = []
+    for position, tensor in enumerate(rule.operands):
+        kinds = []
+        for dim in tensor:
+            factors = [f for f in dim if rule.factor_sizes[f] > 1]
+            if not factors:
+                continue
+            if all(f in in_all and rule.factor_kinds[f] is FactorKind.PASS_THROUGH
+                   for f in factors):
+                kind = "batch"
+            elif all(rule.factor_kinds[f] is FactorKind.REDUCTION for f in factors):
+                kind = "contracting"
+            else:
+                kind = "free"
+            if not kinds or kinds[-1] != kind:
+                kinds.append(kind)
+        runs = kinds[1:] if kinds[:1] == ["batch"] else kinds
+        if "batch" in runs or len(runs) > 2:
+            positions.append(position)
+    return positions

@@ -1,0 +1,607 @@
+"""The 0-1 program over variable classes, and how HiGHS solves it.
+
+`_Milp` holds the program a `Search` builds from its units (`_Unit`: one
+binary variable per strategy, shared by a variable class), the linear
+terms, and the cost blocks between classes, linearized with one continuous
+variable per pair of strategy groups; the memory rows come with each solve.
+
+The solver is HiGHS.  The LP relaxation goes first, in one instance kept
+warm across solves (highspy): unbounded it is integral on most models
+measured; bounded, it blends a few choices, and the 0-1 program restricted
+to the LP's support decides them in a fraction of a second, with a plan the
+LP's value proves where the LP is tight (`_Milp.relaxed`).  Where it is
+not, the blend is divided on the class whose blended choices differ most
+in the bytes a bounded point holds, a few levels deep, each child's LP
+solved on the same warm instance and rounded the same way: a small branch
+and bound that needs none of the cuts the whole program spends its root on
+(`_Milp._divide`).  Where that proof falls short too, the whole 0-1
+program is solved (highspy too: scipy's `milp` bundles an older HiGHS,
+whose branch and bound took 57 s on Mixtral's bounded forward where
+highspy 1.16 took 9.6 s, to a dearer plan), stopped within 0.2% of the
+optimum, or 2% with memory bounded: there the LP bound is weak, closing
+the last percent is most of the solve, and the estimate itself is only
+within a few percent of what XLA compiles.  The proof asks the same 2%.
+Unbounded, the 0-1 program starts from the relaxation's plan; bounded,
+from the last solve's plan where that fits the budget.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from stablehlo_spmd.auto_sharding.graph import SearchTimeLimit
+
+# How close to the optimum of its estimate the solver must prove a plan.
+# With memory bounded, closing the last percent or two is most of the
+# solve (the LP bound is weak there), and the estimate itself is only
+# within a few percent of what XLA compiles: proving more is false precision.
+MIP_GAP = 2e-3
+BOUNDED_GAP = 2e-2
+# How many levels a bounded LP is divided on blended classes before the
+# whole 0-1 program is asked (`_Milp._divide`).
+DIVIDE_DEPTH = 4
+# How close to a node's bound a plan must be for the division to stop
+# rounding below it: the proof asks BOUNDED_GAP, better plans are sought to this.
+DIVIDE_GAP = MIP_GAP
+_INFEASIBLE = 2   # `_Milp._highs_milp`'s status for a problem with no solution
+
+
+@dataclasses.dataclass
+class _Unit:
+    kind: str                    # "op" (an op's strategies) or "value" (a class's layouts)
+    owner: int                   # node index, or class root value
+    strategies: list             # Strategy for ops, Sharding for values
+    variable_class: int = -1     # shared with the units of its repeated copies
+
+
+class _Milp:
+    """The 0-1 program over variable classes, and its LP relaxation."""
+
+    BIG = 1e30
+
+    def __init__(self, units: list[_Unit], classes: list[int], linear, blocks):
+        self.class_size: dict[int, int] = {}
+        for unit, cls in zip(units, classes):
+            self.class_size.setdefault(cls, len(unit.strategies))
+        offsets = {}
+        count = 0
+        for cls in sorted(self.class_size):
+            offsets[cls] = count
+            count += self.class_size[cls]
+        self.offsets = offsets
+        self.n_choice = count
+        objective = np.zeros(count)
+        upper = np.ones(count)
+        for unit, cls in zip(range(len(units)), classes):
+            terms = linear[unit]
+            start = offsets[cls]
+            objective[start:start + len(terms)] += np.where(np.isfinite(terms), terms, 0)
+            upper[start:start + len(terms)][~np.isfinite(terms)] = 0
+        self.rows: list[tuple[list[int], list[float], float, float]] = []
+        for cls in sorted(self.class_size):
+            start = offsets[cls]
+            size = self.class_size[cls]
+            self.rows.append((list(range(start, start + size)), [1.0] * size, 1.0, 1.0))
+        pair_costs = []
+        pair_upper = []
+        # (source class, reader class) -> (first pair variable, row group of
+        # each source strategy, column group of each reader strategy, columns)
+        self.pairs: dict[tuple[int, int], tuple[int, np.ndarray, np.ndarray, int]] = {}
+        for (a, b), matrix in blocks.items():
+            if not matrix.any() and np.isfinite(matrix).all():
+                continue
+            row_groups = _distinct([tuple(r) for r in matrix], key=lambda r: r)
+            col_groups = _distinct([tuple(c) for c in matrix.T], key=lambda c: c)
+            small = matrix[np.ix_([row_groups[1].index(i) for i in range(len(row_groups[0]))],
+                                  [col_groups[1].index(j) for j in range(len(col_groups[0]))])]
+            base = count + len(pair_costs)
+            n_rows, n_cols = small.shape
+            self.pairs[(a, b)] = (base, np.array(row_groups[1]), np.array(col_groups[1]), n_cols)
+            for i in range(n_rows):
+                for j in range(n_cols):
+                    finite = math.isfinite(small[i, j])
+                    pair_costs.append(small[i, j] if finite else 0.0)
+                    pair_upper.append(1.0 if finite else 0.0)
+            for i in range(n_rows):
+                members = [offsets[a] + s for s, g in enumerate(row_groups[1]) if g == i]
+                self.rows.append(([base + i * n_cols + j for j in range(n_cols)] + members,
+                                  [1.0] * n_cols + [-1.0] * len(members), 0.0, 0.0))
+            for j in range(n_cols):
+                members = [offsets[b] + t for t, g in enumerate(col_groups[1]) if g == j]
+                self.rows.append(([base + i * n_cols + j for i in range(n_rows)] + members,
+                                  [1.0] * n_rows + [-1.0] * len(members), 0.0, 0.0))
+        self.objective = np.concatenate([objective, np.array(pair_costs)])
+        self.upper = np.concatenate([upper, np.array(pair_upper)])
+        self.variables = len(self.objective)
+        self.constraints = len(self.rows)
+        self.classes = classes
+        self.parts = (linear, blocks)   # to price a plan found otherwise
+        self._warm = None       # a HiGHS instance kept warm on the LP relaxation
+        self._base = None       # the choice and pair rows, as `_base_rows` gives them
+        self._base_csc = None   # the same matrix by columns, for `_on_support`
+        self._held_rows: list[np.ndarray] = []   # the memory rows the warm LP holds
+
+    def _columns(self, memory_row: dict) -> tuple[np.ndarray, np.ndarray]:
+        """A memory row (unit -> bytes per strategy; (source unit, reader
+        unit) -> bytes per pair of strategies) over the program's columns.
+        Pairs of strategies that share a pair variable are charged the most
+        any of them holds; the units of one class choose alike, so their
+        pair is charged on the class's own variables; and a pair of units
+        without pair variables (their edge moves nothing) is not charged."""
+        columns: dict[int, float] = collections.defaultdict(float)
+        for key, per_device in memory_row.items():
+            if isinstance(key, tuple):
+                source, reader = self.classes[key[0]], self.classes[key[1]]
+                if source == reader and per_device.shape[0] == per_device.shape[1]:
+                    # One class's units choose alike: the pair is the diagonal.
+                    start = self.offsets[source]
+                    for s, size in enumerate(np.diagonal(per_device)):
+                        columns[start + s] += size
+                    continue
+                pair = self.pairs.get((source, reader))
+                if pair is None:
+                    continue
+                base, row_group, col_group, n_cols = pair
+                grouped = np.zeros((row_group.max() + 1, n_cols))
+                np.maximum.at(grouped, (row_group[:, None], col_group[None, :]), per_device)
+                for r, c in zip(*np.nonzero(grouped)):
+                    columns[base + r * n_cols + c] += grouped[r, c]
+                continue
+            start = self.offsets[self.classes[key]]
+            for s, size in enumerate(per_device):
+                columns[start + s] += size
+        return (np.fromiter(columns, dtype=np.int64, count=len(columns)),
+                np.fromiter(columns.values(), dtype=float, count=len(columns)))
+
+    def _base_rows(self):
+        """(the choice and pair rows as a matrix, their lower and upper
+        bounds), built once: every 0-1 solve, and each rounding of the
+        division's, adds only its memory rows to them."""
+        if self._base is None:
+            self._base = (self._matrix(self.rows, self.variables),
+                          [lo for _c, _v, lo, _hi in self.rows],
+                          [hi for _c, _v, _lo, hi in self.rows])
+        return self._base
+
+    @staticmethod
+    def _matrix(rows, n: int):
+        from scipy import sparse
+
+        data, row_ids, col_ids = [], [], []
+        for r, (cols, values, _lo, _hi) in enumerate(rows):
+            col_ids.extend(cols)
+            data.extend(values)
+            row_ids.extend([r] * len(cols))
+        return sparse.csr_array((data, (row_ids, col_ids)), shape=(len(rows), n))
+
+    def solve(self, memory_rows, budget, time_limit, minimize_peak: bool = False,
+              start: list[int] | None = None):
+        """The 0-1 program's plan and cost (its peak, with `minimize_peak`),
+        or None where no plan fits.  A plan that fits may be given as the
+        solver's `start`."""
+        from scipy import sparse
+
+        rows = []
+        n = self.variables + (1 if minimize_peak else 0)
+        for row in memory_rows if (budget is not None or minimize_peak) else ():
+            cols, values = self._columns(row)
+            if minimize_peak:
+                rows.append(([*cols, n - 1], [*values, -1.0], -np.inf, 0.0))
+            else:
+                rows.append((cols, values, -np.inf, budget))
+        base, base_lower, base_upper = self._base_rows()
+        if minimize_peak:
+            base = sparse.hstack([base, sparse.csr_array((base.shape[0], 1))], format="csr")
+        matrix = sparse.vstack([base, self._matrix(rows, n)], format="csr") if rows else base
+        lower = [*base_lower, *(lo for _c, _v, lo, _hi in rows)]
+        upper = [*base_upper, *(hi for _c, _v, _lo, hi in rows)]
+        col_lower = np.zeros(n)
+        if minimize_peak:
+            objective = np.zeros(n)
+            objective[-1] = 1.0
+            col_upper = np.concatenate([self.upper, [np.inf]])
+        else:
+            objective = self.objective
+            col_upper = self.upper.copy()
+        gap = BOUNDED_GAP if rows else MIP_GAP
+        # The program gains little from HiGHS's presolve, and with it HiGHS
+        # restarts its root each time reduced-cost fixing frees columns: off,
+        # the real models' solves took a quarter less time, to the same plans.
+        x, status = self._highs_milp(objective, matrix, col_lower, col_upper, lower, upper,
+                                     self.n_choice, time_limit, False, gap,
+                                     None if start is None else self._point(start, n))
+        if x is None:
+            if status == _INFEASIBLE:
+                return None
+            # Out of time (or of HiGHS's patience) before any plan: saying
+            # "no plan fits" here would send the user after the wrong knob.
+            raise SearchTimeLimit(
+                f"the solver found no plan within its time limit of {time_limit:g} s; "
+                "give the search more time (time-limit)")
+        strategies = self._strategies(x)
+        if minimize_peak:
+            return strategies, float(x[-1])
+        return strategies, float(objective @ x)
+
+    def _point(self, strategies: list[int], n: int) -> np.ndarray:
+        """A plan as the program's columns: each class's choice, and the
+        pair variable of each pair of strategy groups it picks."""
+        x = np.zeros(n)
+        chosen = dict(zip(self.classes, strategies))
+        for cls, start in self.offsets.items():
+            x[start + chosen[cls]] = 1.0
+        for (a, b), (base, row_group, col_group, n_cols) in self.pairs.items():
+            x[base + row_group[chosen[a]] * n_cols + col_group[chosen[b]]] = 1.0
+        return x
+
+    @staticmethod
+    def _highs_milp(objective, matrix, col_lower, col_upper, row_lower, row_upper,
+                    n_integer: int, time_limit: float, presolve: bool, gap: float, start):
+        """The 0-1 program (its first `n_integer` columns whole) solved by
+        highspy, from `start` where one is given: (the solution or None, a
+        status: 0 solved, 1 out of time, 2 infeasible)."""
+        import highspy
+
+        lp = _highs_lp(objective, matrix, col_lower, col_upper, row_lower, row_upper)
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * n_integer + \
+            [highspy.HighsVarType.kContinuous] * (len(objective) - n_integer)
+        highs = _quiet_highs()
+        highs.setOptionValue("presolve", "on" if presolve else "off")
+        highs.setOptionValue("mip_rel_gap", gap)
+        highs.setOptionValue("time_limit", float(time_limit))
+        highs.passModel(lp)
+        if start is not None:
+            solution = highspy.HighsSolution()
+            solution.col_value = list(start)
+            solution.value_valid = True
+            highs.setSolution(solution)
+        highs.run()
+        status = highs.getModelStatus()
+        if status == highspy.HighsModelStatus.kInfeasible:
+            return None, _INFEASIBLE
+        if highs.getInfo().primal_solution_status != highspy.SolutionStatus.kSolutionStatusFeasible:
+            return None, 1
+        return np.asarray(highs.getSolution().col_value), \
+            0 if status == highspy.HighsModelStatus.kOptimal else 1
+
+    def _strategies(self, x: np.ndarray) -> list[int]:
+        chosen = {cls: int(np.argmax(x[start:start + self.class_size[cls]]))
+                  for cls, start in self.offsets.items()}
+        return [chosen[cls] for cls in self.classes]
+
+    def _relaxation(self):
+        """The HiGHS instance kept warm on the LP relaxation (with the
+        memory rows `_lp_with_rows` last gave it), built on first use."""
+        if self._warm is None:
+            matrix, lower, upper = self._base_rows()
+            self._warm = self._highs(_highs_lp(self.objective, matrix, np.zeros(self.variables),
+                                               self.upper, lower, upper))
+        return self._warm
+
+    @staticmethod
+    def _highs(lp):
+        highs = _quiet_highs()
+        # As for the 0-1 program: the unbounded LP took half the time
+        # without presolve on every model measured (Mixtral's step 3.6 s
+        # -> 1.9 s), and a warm start skips it anyway.
+        highs.setOptionValue("presolve", "off")
+        # The serial dual simplex.  The parallel one (PAMI) was 20% faster
+        # on an idle machine, but with another process on the cores its
+        # threads wait on each other: Llama's 2-layer step's LP took 1.4 s,
+        # then 16 s and 25 s on the same input (serial: 1.7-2.4 s).  Every
+        # ``spmd-propagate`` runs this LP now, on whatever else is running.
+        highs.setOptionValue("simplex_strategy", 1)
+        highs.passModel(lp)
+        return highs
+
+    def relaxed(self, memory_rows, budget, time_limit,
+                overflows: Callable[[list[int]], bool] | None = None):
+        """(the best plan found, or None; whether it is proved within
+        BOUNDED_GAP (MIP_GAP unbounded) of the optimum, or proved
+        infeasible when there is no plan), from the LP relaxation.
+
+        Unbounded, the LP is integral on most models measured, and its
+        optimum is the plan.  Bounded, it is not: a memory row makes the
+        cheapest plan a blend of one over and one under the budget.  The
+        blend is rounded by the 0-1 program on the LP's support (RENS,
+        `_on_support`): the choices the LP makes whole are kept and
+        the few it blends are decided exactly, in a fraction of a second.
+        Its plan is proved by the LP's value where that is close: on
+        Mixtral's training step the LP is 0.5% under the optimum, which
+        the whole program took twenty seconds to find.  Where it is not,
+        the LP is divided (`_divide`), unless `overflows` says the rounded
+        plan overflows a point no row bounds yet: the caller adds that row
+        and asks again, and a division for plans the row cuts off is
+        wasted (on Mixtral's forward at 1.09 MiB, 1.7 s of the first
+        solve's 3.5 s).  (Pricing memory at
+        the rows' duals rounded worse on every model measured: 41% dearer
+        than this on BERT's forward.)  Each LP starts from the last one's
+        basis.  Where no plan is proved, the caller solves the whole 0-1
+        program."""
+        import highspy
+
+        deadline = time.perf_counter() + time_limit
+        optimal = highspy.HighsModelStatus.kOptimal
+
+        def run(highs):
+            """The instance's model status once run, or None where no time
+            was left to run it (its status is then the last run's)."""
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return None
+            # HiGHS's limit is on the instance's run time, all runs together.
+            highs.setOptionValue("time_limit", highs.getRunTime() + left)
+            highs.run()
+            return highs.getModelStatus()
+
+        def integral(x: np.ndarray) -> bool:
+            choices = x[:self.n_choice]
+            return bool(np.all(np.abs(choices - np.round(choices)) < 1e-6))
+
+        columns = [self._columns(row) for row in memory_rows]
+        if not columns:
+            warm = self._lp_with_rows([], None)
+            if run(warm) != optimal:
+                return None, False
+            x = np.asarray(warm.getSolution().col_value)
+            if integral(x):
+                return (self._strategies(x), float(self.objective @ x)), True
+            best = self._on_support(x, [], None, deadline)
+            bound = warm.getInfo().objective_function_value
+            return best, best is not None and best[1] - bound <= MIP_GAP * abs(best[1])
+        bounded = self._lp_with_rows(columns, budget)
+        status = run(bounded)
+        if status != optimal:
+            return None, status == highspy.HighsModelStatus.kInfeasible
+        bound = bounded.getInfo().objective_function_value
+        x = np.asarray(bounded.getSolution().col_value)
+        if integral(x):
+            return (self._strategies(x), float(self.objective @ x)), True
+        best = self._on_support(x, memory_rows, budget, deadline)
+        if best is not None and best[1] - bound <= BOUNDED_GAP * abs(best[1]):
+            return best, True
+        if best is not None and overflows is not None and overflows(best[0]):
+            return best, False
+        held = np.zeros((len(columns), self.n_choice))
+        for row, (cols, values) in zip(held, columns):
+            choices = cols < self.n_choice
+            row[cols[choices]] = values[choices]
+        best, bound = self._divide(bounded, run, held, memory_rows, budget, deadline,
+                                   x, bound, {}, DIVIDE_DEPTH, best)
+        return best, best is not None and best[1] - bound <= BOUNDED_GAP * abs(best[1])
+
+    def _divide(self, highs, run, held: np.ndarray, memory_rows, budget, deadline: float,
+                x: np.ndarray, bound: float, fixed: dict, depth: int, best):
+        """(the best plan found, a bound on every plan) below an LP node.
+
+        A bounded LP blends a plan over the budget with one under it: the
+        whole blend moves together, and dividing on one class's choice
+        often splits it.  The class divided on is the blended one whose
+        choices differ most in the bytes a bounded point holds (the
+        memory row's own columns): one child per choice the LP blends, and
+        one where it takes none of them.  Each child's LP (on the kept
+        instance, with those columns fixed) bounds it.  A child whose bound
+        is within `DIVIDE_GAP` of the best plan is done; otherwise its LP's
+        support is rounded (`_on_support`), which may find a better plan,
+        and where the child is still not within `BOUNDED_GAP` it is divided
+        again, `depth` levels in all.  (Rounding to the tighter gap costs a
+        few roundings and finds the plans the whole program finds: proved
+        at 2% alone, Mixtral's forward at 1.44 MiB kept a plan 1% dearer
+        by the estimate, and 51% dearer by XLA's count.)  A child whose LP
+        runs out of time keeps its parent's bound.
+
+        On Mixtral's forward at 1.09 MiB the bounded LP is 10% under the
+        optimum, and the whole 0-1 program took 9.6 s to close that (most
+        of it cuts at the root); divided, the same plan is proved within
+        0.6%, and the next budget's within 1.2%, where the whole program
+        took 9 s.  The search there went from 31 s to 14 s."""
+        import highspy
+
+        blended = self._most_held_blend(x, held)
+        if depth == 0 or blended is None or time.perf_counter() >= deadline:
+            return best, bound
+        start, support, size = blended
+        children = [{start + j: float(j == s) for j in range(size)} for s in support]
+        children.append({start + s: 0.0 for s in support})
+        solved_children = []
+        least = math.inf
+        for child in children:
+            fix = {**fixed, **child}
+            columns = np.fromiter(fix, dtype=np.int32, count=len(fix))
+            values = np.fromiter(fix.values(), dtype=float, count=len(fix))
+            highs.changeColsBounds(len(columns), columns, values, values)
+            status = run(highs)
+            solved = status == highspy.HighsModelStatus.kOptimal
+            child_x = np.asarray(highs.getSolution().col_value) if solved else None
+            child_bound = highs.getInfo().objective_function_value if solved else bound
+            highs.changeColsBounds(len(columns), columns, np.zeros(len(columns)),
+                                   self.upper[columns])
+            if status == highspy.HighsModelStatus.kInfeasible:
+                continue
+            if child_x is None:
+                least = min(least, child_bound)
+                continue
+            solved_children.append((child_bound, len(solved_children), fix, child_x))
+        # The most promising child first: its plan, found early, is what
+        # the others are pruned against.
+        for child_bound, _, fix, child_x in sorted(solved_children, key=lambda c: c[:2]):
+            if best is not None and best[1] - child_bound <= DIVIDE_GAP * abs(best[1]):
+                least = min(least, child_bound)
+                continue
+            found = self._on_support(child_x, memory_rows, budget, deadline)
+            if found is not None and (best is None or found[1] < best[1]):
+                best = found
+            if best is None or best[1] - child_bound > BOUNDED_GAP * abs(best[1]):
+                best, child_bound = self._divide(highs, run, held, memory_rows, budget,
+                                                 deadline, child_x, child_bound, fix,
+                                                 depth - 1, best)
+            least = min(least, child_bound)
+        return best, least
+
+    def _most_held_blend(self, x: np.ndarray, held: np.ndarray):
+        """(first column, the choices it blends, size) of the class the LP
+        solution `x` blends whose blended choices differ most in the bytes
+        any memory row charges them; None where no class is blended."""
+        found, widest = None, 0.0
+        for cls in sorted(self.class_size):
+            start, size = self.offsets[cls], self.class_size[cls]
+            support = np.flatnonzero(x[start:start + size] > 1e-6)
+            if len(support) < 2:
+                continue
+            charged = held[:, start + support]
+            width = float((charged.max(axis=1) - charged.min(axis=1)).max())
+            if found is None or width > widest:
+                found, widest = (start, support.tolist(), size), width
+        return found
+
+    def _lp_with_rows(self, columns, budget):
+        """The HiGHS instance on the LP relaxation, holding these memory
+        rows: one instance for every solve, unbounded or not.  A
+        cutting-plane round changes a row's copies in a few columns, or adds
+        a row, and each re-solve starts from the last one's basis and
+        pricing weights (on Mixtral's training step, a second or two where a
+        fresh instance took nine).  A second instance started from this
+        one's basis took 5.4 s on BERT's step where this one took 2.9 s: it
+        must rebuild the weights, and pivots more without them."""
+        import highspy
+
+        highs = self._relaxation()
+        held = self._held_rows
+        first = len(self.rows)
+        for r, (cols, values) in enumerate(columns):
+            row = np.zeros(self.variables)
+            row[cols] = values
+            if r < len(held):
+                for col in np.flatnonzero(row != held[r]):
+                    highs.changeCoeff(first + r, int(col), float(row[col]))
+                highs.changeRowBounds(first + r, -highspy.kHighsInf, budget)
+                held[r] = row
+            else:
+                highs.addRow(-highspy.kHighsInf, budget, len(cols), cols.astype(np.int32), values)
+                held.append(row)
+        if len(held) > len(columns):
+            highs.deleteRows(len(held) - len(columns),
+                             np.arange(first + len(columns), first + len(held), dtype=np.int32))
+            del held[len(columns):]
+        return highs
+
+    def _on_support(self, x: np.ndarray, memory_rows, budget, deadline: float):
+        """The 0-1 program's plan on the LP solution `x`'s support (RENS):
+        each choice `x` makes whole is fixed, and the program decides only
+        the few it blends; None where it finds no plan in time.
+
+        The program is built on the columns left open only: the blended
+        choices, and the pair variables between choices still possible.
+        (Built whole, with the rest fixed by their bounds for HiGHS's
+        presolve to remove, each rounding took 0.09 s on Mixtral's forward,
+        where pair variables are 48k of its 50k columns.)"""
+        from scipy import sparse
+
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None
+        open_columns, ones = self._open_on(x)
+        matrix, lower, upper = self._base_rows()
+        if self._base_csc is None:
+            self._base_csc = matrix.tocsc()
+        fixed = np.zeros(self.variables)
+        fixed[ones] = 1.0
+        held = self._base_csc @ fixed
+        sub = self._base_csc[:, open_columns].tocsr()
+        row_lower = np.asarray(lower) - held
+        row_upper = np.asarray(upper) - held
+        used = np.diff(sub.indptr) > 0
+        if np.any(row_lower[~used] > 1e-9) or np.any(row_upper[~used] < -1e-9):
+            return None
+        position = np.full(self.variables, -1, dtype=np.int64)
+        position[open_columns] = np.arange(len(open_columns))
+        rows = [sub[used]]
+        row_lower, row_upper = list(row_lower[used]), list(row_upper[used])
+        for row in memory_rows if budget is not None else ():
+            cols, values = self._columns(row)
+            kept = position[cols] >= 0
+            rows.append(self._matrix([(position[cols[kept]], values[kept], 0, 0)],
+                                     len(open_columns)))
+            row_lower.append(-np.inf)
+            row_upper.append(budget - float(values[~kept] @ fixed[cols[~kept]]))
+        n_integer = int(np.searchsorted(open_columns, self.n_choice))
+        x_open, status = self._highs_milp(
+            self.objective[open_columns], sparse.vstack(rows, format="csr"),
+            np.zeros(len(open_columns)), self.upper[open_columns], row_lower, row_upper,
+            n_integer, left, True, MIP_GAP, None)
+        if x_open is None:
+            return None
+        point = fixed
+        point[open_columns] = x_open
+        return self._strategies(point), float(self.objective @ point)
+
+    def _open_on(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the columns RENS leaves open on `x`, sorted; the choice columns
+        it fixes at one).  A pair variable stays open where both its
+        strategy groups hold a choice still possible."""
+        choice = x[:self.n_choice]
+        rounded = np.round(choice)
+        whole = np.abs(choice - rounded) < 1e-6
+        possible = ~whole | (rounded == 1)
+        columns = [np.flatnonzero(~whole)]
+        for (a, b), (base, row_group, col_group, n_cols) in self.pairs.items():
+            start_a, start_b = self.offsets[a], self.offsets[b]
+            rows = np.unique(row_group[possible[start_a:start_a + len(row_group)]])
+            cols = np.unique(col_group[possible[start_b:start_b + len(col_group)]])
+            columns.append((base + rows[:, None] * n_cols + cols[None, :]).ravel())
+        return np.concatenate(columns), np.flatnonzero(whole & (rounded == 1))
+
+
+def _quiet_highs():
+    """A HiGHS instance that writes nothing.  highspy's `Highs` hooks a
+    logging callback in as it is made, and HiGHS prints its banner to the
+    process's stdout then, before any option can be set: into the module the
+    CLI writes there.  The class it extends, the bindings' own, has every
+    method this search calls and prints nothing."""
+    import highspy
+
+    highs = getattr(highspy._core, "_Highs", highspy.Highs)()
+    highs.setOptionValue("output_flag", False)
+    return highs
+
+
+def _highs_lp(objective, matrix, col_lower, col_upper, row_lower, row_upper):
+    """A HiGHS model of min objective . x, row_lower <= matrix x <= row_upper,
+    col_lower <= x <= col_upper."""
+    import highspy
+
+    csc = matrix.tocsc()
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = csc.shape[1], csc.shape[0]
+    lp.col_cost_ = np.asarray(objective, dtype=float)
+    lp.col_lower_ = np.asarray(col_lower, dtype=float)
+    lp.col_upper_ = np.asarray(col_upper, dtype=float)
+    lp.row_lower_ = np.asarray(row_lower, dtype=float)
+    lp.row_upper_ = np.asarray(row_upper, dtype=float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = csc.indptr
+    lp.a_matrix_.index_ = csc.indices
+    lp.a_matrix_.value_ = csc.data
+    return lp
+
+
+def _distinct(items: list, key=id) -> tuple[list, list[int]]:
+    """The distinct items (by `key`; layouts are interned, so by identity)
+    and each item's position among them."""
+    index: dict = {}
+    found = []
+    positions = []
+    for item in items:
+        k = key(item)
+        position = index.get(k)
+        if position is None:
+            position = index[k] = len(found)
+            found.append(item)
+        positions.append(position)
+    return found, positions

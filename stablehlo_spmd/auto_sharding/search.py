@@ -1,0 +1,711 @@
+"""The search: decision units and their edges, and the measured loop that solves them.
+
+`Search` reads a `Graph` into decision units (an op's strategies, or a
+value class's layouts; a follower and a constant add none), prices the
+edges between them (`_edges`: a linear term per unit, a cost block per pair
+of variable classes), and solves the 0-1 program (`program.py`) within a
+memory budget, bounded at the program points where memory is largest: it
+measures every point under each plan and adds those that overflow (`solve`,
+a cutting-plane loop; `least_memory` minimizes the peak the same way).
+`_write` reads the chosen strategies back into a layout, and why, per value.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+from stablehlo_spmd.auto_sharding.clustering import _UnionFind, cluster_units
+from stablehlo_spmd.auto_sharding.graph import (
+    CostModel, Graph, InfeasibleBudget, Plan, Pricer, SearchTimeLimit, format_bytes)
+from stablehlo_spmd.auto_sharding.memory import _Memory
+from stablehlo_spmd.auto_sharding.program import _distinct, _Milp, _Unit
+from stablehlo_spmd.auto_sharding.strategies import Strategy, _Layouts, _shards, _Strategies
+from stablehlo_spmd.op_graph import NO_VALUE, Node
+from stablehlo_spmd.op_rules import REMADE_NOT_MOVED, FactorKind
+from stablehlo_spmd.sharding import Sharding
+
+TIE_BREAK = 1e-6
+PREFERENCE = 1e-3
+
+
+def search(graph: Graph, memory_budget: float | None = None,
+           cost_model: CostModel = CostModel(), time_limit: float = 60.0,
+           cluster: bool = True) -> Plan:
+    """The cheapest layouts for `graph` within `memory_budget` bytes per device."""
+    return Search(graph, cost_model, cluster).solve(memory_budget, time_limit)
+
+
+class Search(_Memory):
+    """One program's problem, built once: `solve` may be called again with
+    another budget (the measured-memory loop of the pass) and reuses every
+    strategy, cost matrix and memory term."""
+
+    def __init__(self, graph: Graph, cost_model: CostModel = CostModel(), cluster: bool = True):
+        started = time.perf_counter()
+        self.graph = graph
+        self.cost_model = cost_model
+        self.layouts = _Layouts(graph.mesh)
+        self.pricer = Pricer(graph.mesh, cost_model)
+        self._scaled_strategies: dict[tuple, Strategy] = {}
+        self.strategies = _Strategies(self.layouts, self.pricer.rule_tensor_cost)
+        n_values = len(graph.shapes)
+        self.nbytes = [math.prod(s) * b for s, b in zip(graph.shapes, graph.element_bytes)]
+        # Value classes: tied values share one layout.
+        classes = _UnionFind(n_values)
+        for node in graph.nodes:
+            if node.is_tie and node.directions != "none" and node.operands[0] != NO_VALUE \
+                    and node.results[0] != NO_VALUE:
+                classes.union(node.operands[0], node.results[0])
+        for a, b in graph.carried:
+            classes.union(a, b)
+        self.root = [classes.find(v) for v in range(n_values)]
+        self.class_size = collections.Counter(self.root)
+        producers: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+        self.consumers: list[list[tuple[int, int]]] = [[] for _ in range(n_values)]
+        self.real_nodes = [i for i, node in enumerate(graph.nodes)
+                           if not (node.is_tie and node.directions != "none")]
+        for index in self.real_nodes:
+            node = graph.nodes[index]
+            for position, value in enumerate(node.results):
+                if value != NO_VALUE:
+                    producers[self.root[value]].append((index, position))
+            for position, value in enumerate(node.operands):
+                if value != NO_VALUE:
+                    self.consumers[value].append((index, position))
+        arguments = {self.root[v] for v in graph.arguments}
+        self.argument_roots = arguments
+        pinned_roots: dict[int, Sharding] = {}
+        for value, sharding in graph.pins.items():
+            pinned_roots.setdefault(self.root[value], sharding)
+        self.pinned_roots = pinned_roots
+        self.class_open = {self.root[v]: dims for v, dims in graph.open_dims.items()}
+        self.producers = producers
+
+        # Units, in program order: a class with no single producer first.
+        self.units: list[_Unit] = []
+        self.unit_of_class: dict[int, int] = {}
+        self.unit_of_node: dict[int, int] = {}
+        self.node_strategy: dict[int, list[Strategy]] = {}   # per node, indexed by its unit's
+        self.free_sources: dict[int, tuple[int, int]] = {}   # value -> its one (node, position)
+        self.leader: dict[int, int] = {}                     # follower node -> operand position
+        # Followers whose result is kept for several readers, run in its layout:
+        # node -> its leader operand's position (`_add_stored_follower`).
+        self.stored_followers: dict[int, int] = {}
+        self._follower_matrices: dict[tuple, np.ndarray] = {}
+        self.producer_node = {value: index for index, node in enumerate(graph.nodes)
+                              if not node.is_tie for value in node.results if value != NO_VALUE}
+        self.shared_reads: list[int] = []   # values read by several ops: their own units
+        for root in sorted({self.root[v] for v in range(n_values)}):
+            if root in arguments or len(producers.get(root, ())) != 1:
+                self.unit_of_class[root] = self._add_unit("value", root, self._class_layouts(root))
+        for index in self.real_nodes:
+            self._add_node(index)
+        self.build_seconds = time.perf_counter() - started
+        self.variable_classes = (
+            cluster_units(graph, self.root, self.pinned_roots, self.consumers, self.units)
+            if cluster else list(range(len(self.units))))
+        self._built = None
+        self._cuts: list[int] = []
+        self._reference: list[int] | None = None
+        self._unbounded = None   # the cheapest plan of any size, once solved
+
+    # --------------------------------------------------------------- build
+
+    def _add_unit(self, kind: str, owner: int, strategies: list) -> int:
+        self.units.append(_Unit(kind, owner, strategies))
+        return len(self.units) - 1
+
+    def _class_layouts(self, root: int) -> list[Sharding]:
+        shape = self.graph.shapes[root]
+        pin = self.pinned_roots.get(root)
+        if pin is None:
+            return self.layouts.all_for(shape)
+        open_dims = self.class_open.get(root, frozenset())
+        if not open_dims:
+            return [self.layouts.get(pin.dim_axes)]
+        return [layout for layout in self.layouts.all_for(shape)
+                if all(layout.dim_axes[d] == pin.dim_axes[d] for d in range(len(shape))
+                       if d not in open_dims)
+                and all(layout.dim_axes[d][:len(pin.dim_axes[d])] == pin.dim_axes[d]
+                        for d in open_dims)] or [self.layouts.get(pin.dim_axes)]
+
+    def value_layouts(self, value: int) -> tuple[int, list[Sharding]] | None:
+        """(unit, layout per strategy of that unit) of `value`, once known."""
+        root = self.root[value]
+        unit = self.unit_of_class.get(root)
+        if unit is not None and self.units[unit].kind == "value":
+            return unit, self.units[unit].strategies
+        found = self.producers.get(root)
+        if not found:
+            return None
+        node, position = found[0]
+        strategies = self.node_strategy.get(node)
+        if strategies is None:
+            return None
+        return self.unit_of_node[node], [s.results[position] for s in strategies]
+
+    def _add_node(self, index: int) -> None:
+        node = self.graph.nodes[index]
+        rule = node.rule
+        tensors = [(p, v) for p, v in enumerate(node.operands)
+                   if v != NO_VALUE and self.graph.shapes[v]]
+        results = [v for v in node.results if v != NO_VALUE]
+        if not tensors and len(results) == 1 and self.class_size[self.root[results[0]]] == 1 \
+                and len(self.consumers[results[0]]) == 1 \
+                and results[0] not in self.pinned_roots:
+            # Built from scalars only (a broadcast constant): it takes the
+            # layout its one consumer reads it in, for free.
+            self.free_sources[results[0]] = self.consumers[results[0]][0]
+            self.unit_of_node[index] = -1
+            return
+        has_reduction = any(k is FactorKind.REDUCTION for k in rule.factor_kinds)
+        leader = None
+        if not has_reduction and not node.is_broadcast:
+            known = [(self.nbytes[v], -p, p) for p, v in tensors
+                     if v not in self.free_sources and self.value_layouts(v) is not None]
+            if known:
+                leader = max(known)[2]
+        if leader is None:
+            strategies = self.strategies.anchor(rule)
+            unit = self._add_unit("op", index, strategies)
+        else:
+            unit, leader_layouts = self.value_layouts(node.operands[leader])
+            strategies = [self.strategies.follow(rule, leader, layout) for layout in leader_layouts]
+            self.leader[index] = leader
+        scale = self.graph.element_bytes[results[0]] if results else 1
+        if leader is not None and len(node.results) == 1 and results \
+                and self._read_by_several(results[0]):
+            self._add_stored_follower(index, leader, strategies, scale)
+            return
+        strategies = [self._pinned_results(node, self._scaled(s, scale)) for s in strategies]
+        self.unit_of_node[index] = unit
+        self.node_strategy[index] = strategies
+        if leader is None:
+            self.units[unit].strategies = strategies
+        for position, value in enumerate(node.results):
+            if value != NO_VALUE and self._read_by_several(value):
+                written = [s.results[position] for s in strategies]
+                self.unit_of_class[value] = self._add_unit(
+                    "value", value, self._stored_layouts(value, written))
+                self.shared_reads.append(value)
+
+    def _add_stored_follower(self, index: int, leader: int, followed: list[Strategy],
+                             scale: int) -> None:
+        """A follower whose result several ops read: a unit of its own over
+        the layouts the result may be kept in, and the op runs in the kept
+        one, reading its operands as that needs (`follow_result`), as the
+        partitioner runs an op where its result is wanted.  Where running it
+        where its leader is and moving the result moves less, the partitioner
+        does that instead: the leader's edge is priced with both
+        (`_follower_read`)."""
+        node = self.graph.nodes[index]
+        value = node.results[0]
+        stored = self._stored_layouts(value, [s.results[0] for s in followed])
+        unwritable = None
+        strategies = []
+        for layout in stored:
+            strategy = self.strategies.follow_result(node.rule, leader, layout)
+            if strategy is None:
+                if unwritable is None:
+                    unwritable = dataclasses.replace(followed[0], cost=math.inf)
+                strategy = unwritable
+            strategies.append(self._pinned_results(node, self._scaled(strategy, scale)))
+        unit = self._add_unit("value", value, stored)
+        self.unit_of_class[value] = unit
+        self.shared_reads.append(value)
+        self.unit_of_node[index] = unit
+        self.node_strategy[index] = strategies
+        self.stored_followers[index] = leader
+
+    def _read_by_several(self, value: int) -> bool:
+        """Whether `value` is read by two ops or more, so that a reshard of it
+        (the partitioner makes each once per layout) may serve several: a
+        sum several readers need, or a layout several followers take."""
+        root = self.root[value]
+        if root != value or self.class_size[root] != 1 or root in self.unit_of_class \
+                or root in self.pinned_roots:
+            return False
+        return len({node for node, _ in self.consumers[value]}) >= 2
+
+    def _stored_layouts(self, value: int, written: list) -> list[Sharding]:
+        """The layouts a value read by several ops may be kept in: any even
+        layout, and each Partial layout its producer can write."""
+        partial = [layout for layout in written if layout is not None and layout.unreduced]
+        return _distinct(self.layouts.all_for(self.graph.shapes[value]) + partial)[0]
+
+    def _scaled(self, strategy: Strategy, element_bytes: int) -> Strategy:
+        """A rule's strategy costs a sum per byte of element (`Pricer.rule_tensor_cost`)."""
+        if not strategy.cost or element_bytes == 1:
+            return strategy
+        key = (id(strategy), element_bytes)
+        found = self._scaled_strategies.get(key)
+        if found is None:
+            found = self._scaled_strategies[key] = dataclasses.replace(
+                strategy, cost=strategy.cost * element_bytes)
+        return found
+
+    def _pinned_results(self, node: Node, strategy: Strategy) -> Strategy:
+        """A result whose class is pinned is written in the pinned layout (a
+        reshard if need be); one tied to other values (a function result, a
+        call's operand) is summed: a Partial never crosses a boundary."""
+        extra = 0.0
+        results = list(strategy.results)
+        unsummed: list[Sharding | None] = [None] * len(results)
+        for position, value in enumerate(node.results):
+            if value == NO_VALUE or results[position] is None:
+                continue
+            pin = self.pinned_roots.get(self.root[value])
+            if results[position].unreduced and self.class_size[self.root[value]] > 1:
+                # Summed into the pinned layout at once where there is one
+                # (a reduce-scatter onto its split), else onto the same dims.
+                summed = self.layouts.get(pin.dim_axes if pin is not None
+                                          else results[position].dim_axes)
+                extra += self.cost(results[position], summed, value)
+                unsummed[position] = results[position]
+                results[position] = summed
+            if pin is None or self.root[value] in self.unit_of_class:
+                continue
+            target = self.layouts.get(pin.dim_axes, pin.unreduced, pin.reduction)
+            move = self.cost(results[position], target, value)
+            if math.isinf(move):
+                # A Partial pinned where this strategy leaves none: the
+                # annotation stays in the module (the partitioner honours
+                # it); the search plans with its summed layout.
+                target = self.layouts.get(pin.dim_axes)
+                move = self.cost(results[position], target, value)
+            if results[position] is not target:
+                extra += move
+                results[position] = target
+        if not extra and results == list(strategy.results) and not any(unsummed):
+            return strategy
+        return dataclasses.replace(strategy, results=tuple(results), cost=strategy.cost + extra,
+                                   unsummed=tuple(unsummed))
+
+    def cost(self, source: Sharding, target: Sharding, value: int) -> float:
+        """Bytes (or seconds) to move `value` from `source` to `target`; or,
+        where its op is one the partitioner makes again rather than moves
+        (`REMADE_NOT_MOVED`: a widening convert, a reshape) and that moves
+        less, what making it again in `target` moves: its operands'."""
+        move = self._move(source, target, value)
+        if move and math.isfinite(move):
+            remade = self._remade(source, target, value)
+            if remade is not None and remade < move:
+                return remade
+        return move
+
+    def _move(self, source: Sharding, target: Sharding, value: int) -> float:
+        return self.pricer.cost(source, target, self.graph.shapes[value],
+                                self.graph.element_bytes[value])
+
+    def _remade(self, source: Sharding, target: Sharding, value: int) -> float | None:
+        """What `value`'s op moves to make it again in `target` from the
+        operands that made it in `source` (one op deep), or None."""
+        index = self.producer_node.get(value)
+        leader = self.leader.get(index)
+        if leader is None or self.graph.nodes[index].label not in REMADE_NOT_MOVED \
+                or source.unreduced or target.unreduced:
+            return None
+        node = self.graph.nodes[index]
+        made = self.strategies.follow_result(node.rule, leader, source)
+        wanted = self.strategies.follow_result(node.rule, leader, target)
+        if made is None or wanted is None:
+            return None
+        total = 0.0
+        for position, operand in enumerate(node.operands):
+            if operand == NO_VALUE or not self.graph.shapes[operand] \
+                    or operand in self.free_sources:
+                continue
+            total += self._move(made.operands[position], wanted.operands[position], operand)
+        return total
+
+    def _follower_read(self, reader: int, value: int, layouts_a: list) -> np.ndarray:
+        """The cost matrix of a stored follower `reader` reading its leader
+        `value`: per (leader layout, kept layout), the cheaper of moving the
+        leader to where the op runs in the kept layout, and running the op
+        where the leader is and moving its result (the partitioner's choice,
+        `partitioning.strategy._cheapest_rule_plan`)."""
+        node = self.graph.nodes[reader]
+        unit = self.unit_of_node[reader]
+        kept = self.units[unit].strategies
+        position = self.stored_followers[reader]
+        rows = _distinct(layouts_a)
+        key = ("follower", tuple(map(id, rows[0])), tuple(map(id, kept)), node.rule,
+               self.graph.shapes[value], self.graph.element_bytes[value],
+               self.graph.element_bytes[node.results[0]])
+        small = self._follower_matrices.get(key)
+        if small is None:
+            small = np.zeros((len(rows[0]), len(kept)))
+            for i, held in enumerate(rows[0]):
+                for j, (strategy, layout) in enumerate(zip(self.node_strategy[reader], kept)):
+                    wanted = strategy.operands[position]
+                    if held is None or wanted is None:
+                        continue
+                    price = self.cost(held, wanted, value)
+                    if price and not held.unreduced:
+                        here = self.strategies.follow(node.rule, position, held).results[0]
+                        if here is not None:
+                            price = min(price, self.cost(here, layout, node.results[0]))
+                    small[i, j] = price
+            self._follower_matrices[key] = small
+        return small[rows[1]]
+
+    # --------------------------------------------------------------- solve
+
+    def _edges(self):
+        """Linear terms per unit and cost blocks between unit classes."""
+        linear = [np.zeros(len(u.strategies)) for u in self.units]
+        blocks: dict[tuple[int, int], np.ndarray] = {}
+        classes = self.variable_classes
+        matrices: dict[tuple, np.ndarray] = {}   # repeated layers repeat their edges
+
+        def add_pair(unit_a: int, layouts_a: list, unit_b: int, layouts_b: list, value: int,
+                     reader: int | None = None):
+            # cost[s, t] of unit_a's strategy s giving `value` in layouts_a[s] and
+            # unit_b's strategy t reading it in layouts_b[t]
+            if reader is not None and self.stored_followers.get(reader, -1) >= 0 and \
+                    self.graph.nodes[reader].operands[self.stored_followers[reader]] == value:
+                full = self._follower_read(reader, value, layouts_a)
+                diagonal = np.diagonal(full) if full.shape[0] == full.shape[1] else None
+            else:
+                rows, cols, key = self._edge_kind(layouts_a, layouts_b, value)
+                small = matrices.get(key)
+                if small is None:
+                    small = matrices[key] = np.array(
+                        [[self.cost(a, b, value) if a is not None and b is not None else 0.0
+                          for b in cols[0]] for a in rows[0]])
+                full = None
+                diagonal = small[rows[1], cols[1]] if len(rows[1]) == len(cols[1]) else None
+            if unit_a == unit_b or classes[unit_a] == classes[unit_b]:
+                if unit_a == unit_b or len(layouts_a) == len(layouts_b):
+                    linear[unit_a] += diagonal
+                    return
+            matrix = full if full is not None else small[np.ix_(rows[1], cols[1])]
+            key = (classes[unit_a], classes[unit_b])
+            if key in blocks:
+                blocks[key] = blocks[key] + matrix
+            else:
+                blocks[key] = matrix
+
+        for index in self.real_nodes:
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0:
+                continue
+            strategies = self.node_strategy[index]
+            linear[unit] += np.array([s.cost for s in strategies])
+            for position, value in enumerate(self.graph.nodes[index].operands):
+                if value in self.free_sources:
+                    # A constant is no partial sum: laid out Partial, every
+                    # device would hold all of it, and the sum N times it.
+                    linear[unit] += np.array([
+                        math.inf if s.operands[position] is not None
+                        and s.operands[position].unreduced else 0.0 for s in strategies])
+        for pair in self._pairs():
+            add_pair(*pair)
+        return linear, blocks
+
+    def _pairs(self):
+        """(producer unit, the layout it writes a value in per strategy, reader
+        unit, the layout it reads it in per strategy, the value[, the reading
+        node]): every edge a cost matrix prices."""
+        for index in self.real_nodes:
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0:
+                continue
+            strategies = self.node_strategy[index]
+            for position, value in enumerate(self.graph.nodes[index].operands):
+                if value == NO_VALUE or value in self.free_sources:
+                    continue
+                found = self.value_layouts(value)
+                if found is not None:
+                    yield (*found, unit, [s.operands[position] for s in strategies], value,
+                           index)
+        # Producers into classes that are units of their own.
+        for root, unit in self.unit_of_class.items():
+            for node, position in self.producers.get(root, ()):
+                producer_unit = self.unit_of_node.get(node, -1)
+                if producer_unit < 0:
+                    continue
+                value = self.graph.nodes[node].results[position]
+                yield (producer_unit, [s.results[position] for s in self.node_strategy[node]],
+                       unit, self.units[unit].strategies, value)
+
+    def pricings(self) -> int:
+        """How many moves building the problem prices: per kind of edge, its
+        distinct written layouts times its distinct read ones.  Known before
+        any is priced; each costs microseconds to tens of them (a mesh of
+        three axes deals many more layouts to a rank-4 tensor than one of two)."""
+        seen, total = set(), 0
+        for _unit_a, layouts_a, _unit_b, layouts_b, value, *_reader in self._pairs():
+            rows, cols, key = self._edge_kind(layouts_a, layouts_b, value)
+            if key not in seen:
+                seen.add(key)
+                total += len(rows[0]) * len(cols[0])
+        return total
+
+    def _edge_kind(self, layouts_a: list, layouts_b: list, value: int):
+        """The distinct written and read layouts of an edge (`_distinct`'s
+        pairs), and the key its cost matrix is shared by."""
+        rows, cols = _distinct(layouts_a), _distinct(layouts_b)
+        return rows, cols, (tuple(map(id, rows[0])), tuple(map(id, cols[0])),
+                            self.graph.shapes[value], self.graph.element_bytes[value])
+
+    def _problem(self):
+        """(the 0-1 program, memory terms, tie-break weight), built on first use."""
+        if self._built is None:
+            linear, blocks = self._edges()
+            memory = self._memory_terms()
+            # Among plans that move as much, the one that holds less: a millionth
+            # of a byte moved per byte held breaks ties and decides nothing else.
+            tie_break = TIE_BREAK / max((speed for _, speed in self.cost_model.bandwidths),
+                                        default=1.0)
+            for _value, unit, per_device, _born, _last in memory:
+                linear[unit] = linear[unit] + tie_break * per_device
+            self._prefer(linear)
+            self._built = (_Milp(self.units, self.variable_classes, linear, blocks), memory,
+                           tie_break)
+        return self._built
+
+    def _choices(self, values: Iterable[int]):
+        """(value, unit, its layout per strategy of the unit) for each of
+        `values` whose layout a unit decides (not one built from scalars)."""
+        for value in values:
+            if value in self.free_sources:
+                continue
+            found = self.value_layouts(value)
+            if found is not None:
+                yield value, *found
+
+    def _prefer(self, linear) -> None:
+        """Charge each strategy `PREFERENCE` of the bytes per device of every
+        value it lays out otherwise than `Graph.preferred` says."""
+        preferred = self.graph.preferred
+        for value, unit, options in self._choices(preferred):
+            wanted = preferred[value]
+            key = (wanted.dim_axes, wanted.unreduced)
+            held = self.nbytes[value] / max(1, _shards(self.layouts, wanted))
+            linear[unit] = linear[unit] + np.array(
+                [0.0 if layout is None or (layout.dim_axes, layout.unreduced) == key
+                 else PREFERENCE * held for layout in options])
+
+    def solve(self, memory_budget: float | None, time_limit: float = 60.0) -> Plan:
+        started = time.perf_counter()
+        problem, memory, tie_break = self._problem()
+        # A point that overflowed one budget is worth bounding at the next.
+        cuts: list[int] = self._cuts
+        points = sorted({t for *_, b, l in memory for t in (b, l)})
+        choice = None
+        # Rows are linearized around the last plan, of this solve or the last.
+        reference = self._reference
+        for _round in range(12):
+            rows = [self._memory_row(memory, t, reference) for t in cuts]
+            # The deadline is the whole solve's, cutting-plane rounds and all.
+            if memory_budget is None or not rows:
+                # Without a bounded point the budget bounds nothing: the
+                # measured loop asks for this plan again and again.
+                if self._unbounded is None:
+                    self._unbounded = self._within_gap(problem, [], None, started + time_limit)
+                choice = self._unbounded
+            else:
+                def overflow(strategies, reference=reference):
+                    # A cut where the relaxation's plan overflows, before the
+                    # 0-1 program is asked: its plan would likely overflow
+                    # there too, and cost a round.  The row is linearized
+                    # around the round's reference, not this rough plan.
+                    peak, at = self._peak(memory, strategies, points)
+                    if peak <= memory_budget * (1 + 1e-9) or at in cuts:
+                        return None
+                    cuts.append(at)
+                    return self._memory_row(memory, at, reference)
+                # The plan the rows are exact at, where it fits, is one the
+                # 0-1 program can start from: the last solve's, when the
+                # budget is opened above it.
+                fits = reference is not None and \
+                    self._peak(memory, reference, points)[0] <= memory_budget * (1 + 1e-9)
+                choice = self._within_gap(problem, rows, memory_budget, started + time_limit,
+                                          overflow, start=reference if fits else None)
+            if choice is None:
+                smallest, _ = self._smallest_peak(problem, memory, points, cuts, time_limit)
+                raise InfeasibleBudget(
+                    f"no plan fits a memory budget of {format_bytes(memory_budget)} per device; "
+                    f"the smallest budget found feasible is {format_bytes(smallest)} "
+                    f"({int(math.ceil(smallest))} bytes) without rematerialization, which "
+                    "the search does not choose", smallest)
+            peak, at = self._peak(memory, choice[0], points)
+            if memory_budget is None or peak <= memory_budget * (1 + 1e-9):
+                break
+            if at in cuts and reference == choice[0]:
+                break
+            reference = choice[0]
+            if at not in cuts:
+                cuts.append(at)
+        strategies, objective = choice
+        if memory_budget is not None:
+            self._reference = strategies
+        objective = max(0.0, objective - tie_break * sum(
+            per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
+        return self._plan(strategies, objective, points, started)
+
+    @staticmethod
+    def _within_gap(problem: _Milp, rows, budget, deadline: float, overflow=None,
+                    start: list[int] | None = None):
+        """The relaxation's plan where it proves itself; else the 0-1
+        program's, or, out of time for that, the relaxation's best.  Where
+        `overflow` gives a new row for a plan of the relaxation's, the
+        relaxation is solved again with it first.  `start`, a plan that
+        satisfies `rows` within `budget`, is where the 0-1 program starts."""
+        while True:
+            found: list = []    # the row a rounded plan overflowed, before dividing
+
+            def overflows(strategies: list[int]) -> bool:
+                row = overflow(strategies) if overflow is not None else None
+                if row is not None:
+                    found.append(row)
+                return row is not None
+
+            best, proved = problem.relaxed(rows, budget, max(1e-9, deadline - time.perf_counter()),
+                                           overflows)
+            if proved:
+                return best
+            row = found[0] if found else \
+                overflow(best[0]) if overflow is not None and best is not None else None
+            if row is None:
+                break
+            rows = [*rows, row]
+        # Unbounded, the LP is within a percent or so of the optimum, and its
+        # support's plan, given as a start, lets HiGHS fix columns by their
+        # reduced costs from the root: ResNet's step 6.5 s -> 1.8 s, to the
+        # same plan.  Bounded, the LP is weak, the support's plan is far from
+        # the optimum, and as a start it cost as often as it saved.  A plan
+        # known to fit (`start`: the last solve's, under a budget opened
+        # above it) is a start of another kind: the 0-1 program, stopped at
+        # its gap, can no longer return a dearer plan than the one that fits
+        # (Mixtral's forward: 253.1k bytes above the fitting 251.5k; from
+        # it, 242.8k).
+        if start is None and best is not None and not rows:
+            start = best[0]
+        try:
+            return problem.solve(rows, budget, max(1e-9, deadline - time.perf_counter()),
+                                 start=start)
+        except SearchTimeLimit:
+            if best is None:
+                raise
+            return best
+
+    def least_memory(self, time_limit: float = 60.0) -> Plan:
+        """The plan with the least estimated peak memory, whatever it moves."""
+        started = time.perf_counter()
+        problem, memory, _ = self._problem()
+        points = sorted({t for *_, b, l in memory for t in (b, l)})
+        _, strategies = self._smallest_peak(problem, memory, points, self._cuts, time_limit)
+        objective = self._objective(strategies)
+        return self._plan(strategies, objective, points, started)
+
+    def _objective(self, strategies: list[int]) -> float:
+        """What a plan moves, by the search's own prices."""
+        problem, memory, tie_break = self._problem()
+        linear, blocks = problem.parts
+        total = -tie_break * sum(per_device[strategies[unit]]
+                                 for _v, unit, per_device, _b, _l in memory)
+        total += sum(linear[unit][strategies[unit]] for unit in range(len(self.units))
+                    if math.isfinite(linear[unit][strategies[unit]]))
+        chosen = dict(zip(self.variable_classes, strategies))
+        total += sum(matrix[chosen[a], chosen[b]] for (a, b), matrix in blocks.items()
+                     if math.isfinite(matrix[chosen[a], chosen[b]]))
+        return max(0.0, total)
+
+    def _plan(self, strategies: list[int], objective: float, points, started: float) -> Plan:
+        problem, memory, _ = self._problem()
+        peak, _ = self._peak(memory, strategies, points)
+        layouts, why, sum_targets = self._write(strategies)
+        solve_seconds = time.perf_counter() - started
+        return Plan(layouts, why, objective, peak, solve_seconds, self.build_seconds,
+                    problem.variables, problem.constraints, len(self.units),
+                    len(set(self.variable_classes)), bool(self.cost_model.bandwidths),
+                    sum_targets=sum_targets)
+
+    def _smallest_peak(self, problem: _Milp, memory, points, cuts: list[int],
+                       time_limit: float) -> tuple[float, list[int]]:
+        """The least peak memory of any plan, by the same cutting planes:
+        minimize the peak over the cut points, measure the plan everywhere,
+        cut where it overflows, until the measured peak is the minimized one."""
+        cuts = list(cuts)
+        best, best_strategies = math.inf, []
+        reference = None
+        deadline = time.perf_counter() + time_limit
+        for _round in range(12):
+            rows = [self._memory_row(memory, t, reference) for t in cuts]
+            if best_strategies and time.perf_counter() >= deadline:
+                break
+            left = max(1e-9, deadline - time.perf_counter())
+            strategies, bound = problem.solve(rows, None, left, minimize_peak=True)
+            peak, at = self._peak(memory, strategies, points)
+            if peak < best:
+                best, best_strategies = peak, strategies
+            if peak <= bound * (1 + 1e-9) or (at in cuts and reference == strategies):
+                break
+            reference = strategies
+            if at not in cuts:
+                cuts.append(at)
+        return best, best_strategies
+
+    def _write(self, strategies: list[int]):
+        graph = self.graph
+        layouts: list[Sharding | None] = [None] * len(graph.shapes)
+        why = [""] * len(graph.shapes)
+        sharing = collections.Counter(self.variable_classes)
+        for value, unit, options in self._choices(range(len(graph.shapes))):
+            layouts[value] = options[strategies[unit]]
+            owner = self.units[unit]
+            shared = sharing[self.variable_classes[unit]]
+            repeat = f", one choice for {shared} repeated copies" if shared > 1 else ""
+            if self.root[value] in self.pinned_roots and len(owner.strategies) == 1:
+                why[value] = "annotated (a hard constraint)"
+            elif owner.kind == "value":
+                why[value] = (f"searched: one of {len(owner.strategies)} layouts of its "
+                              f"class{repeat}")
+            else:
+                op = graph.nodes[owner.owner]
+                strategy = self.node_strategy[owner.owner][strategies[unit]]
+                why[value] = (f"searched: {op.label} strategy [{strategy.label}], one of "
+                              f"{len(owner.strategies)}{repeat}")
+        for index in self.real_nodes:
+            if index in self.leader and self.unit_of_node.get(index, -1) >= 0:
+                node = graph.nodes[index]
+                leader = node.operands[self.leader[index]]
+                for value in node.results:
+                    if value != NO_VALUE and self.root[value] == value and \
+                            not why[value].startswith("annotated"):
+                        why[value] = f"follows its operand #{self.leader[index]} through " \
+                                     f"{node.label}: " + why[leader]
+        for index in self.real_nodes:
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0:
+                continue
+            strategy = self.node_strategy[index][strategies[unit]]
+            for value, partial in zip(graph.nodes[index].results, strategy.unsummed):
+                if partial is not None:
+                    layouts[value] = partial   # summed where it crosses into its tied values
+        for value, (node_index, position) in self.free_sources.items():
+            unit = self.unit_of_node.get(node_index, -1)
+            if unit >= 0:
+                layouts[value] = self.node_strategy[node_index][strategies[unit]].operands[position]
+            else:
+                layouts[value] = self.layouts.get(((),) * len(graph.shapes[value]))
+            why[value] = "built from scalars: laid out as its one consumer reads it"
+        sum_targets = {}
+        for root in self.shared_reads:
+            (node_index, position), = self.producers[root]
+            unit = self.unit_of_node[node_index]
+            written = self.node_strategy[node_index][strategies[unit]].results[position]
+            kept = layouts[root]
+            if written is not None and written.unreduced and not kept.unreduced:
+                layouts[root] = written
+                sum_targets[root] = kept
+                why[root] += f"; written Partial and summed once into {kept} for its readers"
+        return layouts, why, sum_targets
