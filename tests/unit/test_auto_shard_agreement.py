@@ -1,0 +1,135 @@
+"""The search's price of a plan against what the partitioner then emits for it.
+
+The search chooses among plans by its own estimate, so a plan priced below
+what the partitioner emits for it can win over one that is really cheaper.
+Here the estimate of each plan (`Plan.cost`) is compared with the
+collectives of the partitioned program, counted by the benchmarks' counter
+(`hlo_collectives.emitted_collectives`, each by the array it delivers), on
+small training steps that use the partitioner's own shortcuts: a widening
+convert whose value is moved in the narrow type or made again from it, and a
+value several ops read, moved once for all of them.  And the estimate of
+peak memory against XLA's memory analysis of the compiled plan, within the
+bounds it holds today (see the module docstring of `auto_sharding`).
+"""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import stablehlo_spmd as ss
+from benchmark_modules import benchmark_module
+from stablehlo_spmd import diagnostics, runtime
+from stablehlo_spmd.ir import make_context, parse_module, print_module
+from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module
+
+BYTES_AGREEMENT = 0.02
+MEMORY_AGREEMENT = 0.15
+
+
+def _mixed_precision_mlp(params, x, y):
+    """bf16 weights, f32 activations: each matmul reads a bf16 convert of its input."""
+    def loss(params):
+        h = x
+        for w1, w2 in params:
+            a = jax.nn.gelu(jnp.dot(h.astype(jnp.bfloat16), w1, preferred_element_type=jnp.float32))
+            h = h + jnp.dot(a.astype(jnp.bfloat16), w2, preferred_element_type=jnp.float32)
+        return jnp.mean((h - y) ** 2)
+    grads = jax.grad(loss)(params)
+    return jax.tree_util.tree_map(lambda p, g: (p - 0.1 * g).astype(p.dtype), params, grads)
+
+
+def _attention_block(params, x, y):
+    """Two pre-norm transformer blocks, f32: values read by several ops everywhere."""
+    def norm(h):
+        return h * jax.lax.rsqrt(jnp.mean(h * h, -1, keepdims=True) + 1e-5)
+
+    def loss(params):
+        h = x
+        for p in params:
+            n = norm(h) * p["scale"]
+            q, k, v = (jnp.einsum("bsd,dhk->bshk", n, p[name]) for name in "qkv")
+            s = jax.nn.softmax(jnp.einsum("bshk,bthk->bhst", q, k) / 8.0, -1)
+            h = h + jnp.einsum("bshk,hkd->bsd", jnp.einsum("bhst,bthk->bshk", s, v), p["o"])
+            h = h + jnp.dot(jax.nn.relu(jnp.dot(norm(h), p["w1"])), p["w2"])
+        return jnp.mean((h - y) ** 2)
+    grads = jax.grad(loss)(params)
+    return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
+
+
+def _programs():
+    spec = jax.ShapeDtypeStruct
+    width, ffn, batch = 512, 2048, 64
+    mlp = [(spec((width, ffn), jnp.bfloat16), spec((ffn, width), jnp.bfloat16))] * 2
+    data = spec((batch, width), jnp.float32)
+    yield "mixed-precision MLP", ss.export(_mixed_precision_mlp, mlp, data, data)
+    width, heads, head, ffn, batch, sequence = 256, 8, 32, 1024, 8, 128
+    f32 = jnp.float32
+    block = [{"scale": spec((width,), f32), "q": spec((width, heads, head), f32),
+              "k": spec((width, heads, head), f32), "v": spec((width, heads, head), f32),
+              "o": spec((heads, head, width), f32), "w1": spec((width, ffn), f32),
+              "w2": spec((ffn, width), f32)}] * 2
+    data = spec((batch, sequence, width), f32)
+    yield "attention blocks", ss.export(_attention_block, block, data, data)
+
+
+PROGRAMS = dict(_programs())
+
+
+def _planned(text: str, mesh: str):
+    with make_context() as context, diagnostics.collecting(diagnostics.DiagnosticEngine()):
+        module = parse_module(text, "<test>", context)
+        found = auto_shard_module(module.operation, AutoShardPass(mesh=mesh))
+        assert found is not None
+        return print_module(module, debug_info=True), found.plan
+
+
+@pytest.mark.parametrize("mesh", ["data=4,model=2", "data=8"])
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_the_estimate_is_what_the_partitioner_emits(name, mesh):
+    with benchmark_module("hlo_collectives") as counter:
+        planned, plan = _planned(PROGRAMS[name], mesh)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            partitioned = ss.partition(planned)
+        emitted = counter.total_bytes(counter.emitted_collectives(partitioned, 8))
+    assert emitted > 0
+    assert plan.cost == pytest.approx(emitted, rel=BYTES_AGREEMENT)
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_the_memory_estimate_is_near_xlas_analysis(name):
+    planned, plan = _planned(PROGRAMS[name], "data=4,model=2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stats = runtime.compile(ss.partition(planned)).memory_analysis()
+    measured = (stats.argument_size_in_bytes + stats.output_size_in_bytes
+                + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+    assert plan.peak_memory == pytest.approx(measured, rel=MEMORY_AGREEMENT)
+
+
+WIDENED_READ_TWICE = """
+func.func @main(%arg0: tensor<256x512xbf16> {mhlo.sharding = "{devices=[8,1]<=[8]}"})
+    -> (tensor<256x512xf32>, tensor<256x512xf32>) {
+  %0 = stablehlo.convert %arg0 : (tensor<256x512xbf16>) -> tensor<256x512xf32>
+  %1 = stablehlo.multiply %0, %0 : tensor<256x512xf32>
+  %2 = stablehlo.add %0, %0 : tensor<256x512xf32>
+  %3 = stablehlo.custom_call @Sharding(%1) {mhlo.sharding = "{devices=[1,8]<=[8]}"}
+      : (tensor<256x512xf32>) -> tensor<256x512xf32>
+  %4 = stablehlo.custom_call @Sharding(%2) {mhlo.sharding = "{devices=[1,8]<=[8]}"}
+      : (tensor<256x512xf32>) -> tensor<256x512xf32>
+  return %3, %4 : tensor<256x512xf32>, tensor<256x512xf32>
+}
+"""
+
+
+def test_a_widened_value_read_by_several_is_moved_narrow():
+    """Rows in, columns out: the convert runs where its result is wanted, so
+    the bf16 argument moves (one all-to-all of 256x512x2 B / 8 per device,
+    7/8 of it leaving: 28,672 B), not the f32 value twice its size."""
+    with benchmark_module("hlo_collectives") as counter:
+        planned, plan = _planned(WIDENED_READ_TWICE, "x=8")
+        emitted = counter.total_bytes(counter.emitted_collectives(ss.partition(planned), 8))
+    assert emitted == 256 * 512 * 2 // 8 * 7 // 8
+    assert plan.cost == pytest.approx(emitted)
