@@ -179,7 +179,7 @@ class Search(_Memory):
             strategies = [self.strategies.follow(rule, leader, layout) for layout in leader_layouts]
             self.leader[index] = leader
         scale = self.graph.element_bytes[results[0]] if results else 1
-        if leader is not None and len(node.results) == 1 and results \
+        if leader is not None and len(tensors) == 1 and len(node.results) == 1 and results \
                 and self._read_by_several(results[0]):
             self._add_stored_follower(index, leader, strategies, scale)
             return
@@ -197,13 +197,17 @@ class Search(_Memory):
 
     def _add_stored_follower(self, index: int, leader: int, followed: list[Strategy],
                              scale: int) -> None:
-        """A follower whose result several ops read: a unit of its own over
+        """A follower of one tensor operand (a convert, a reshape, a unary
+        element-wise op) whose result several ops read: a unit of its own over
         the layouts the result may be kept in, and the op runs in the kept
         one, reading its operands as that needs (`follow_result`), as the
         partitioner runs an op where its result is wanted.  Where running it
         where its leader is and moving the result moves less, the partitioner
         does that instead: the leader's edge is priced with both
-        (`_follower_read`)."""
+        (`_follower_read`).  A follower of several tensors keeps its leader's
+        layout and its result is moved: its other operands' moves are priced
+        where they are read, and a sum of Partial operands is made once, on
+        the result (tests/lit/auto_shard/keep_partial.mlir)."""
         node = self.graph.nodes[index]
         value = node.results[0]
         stored = self._stored_layouts(value, [s.results[0] for s in followed])
