@@ -94,12 +94,10 @@ class Search(_Memory):
         self.node_strategy: dict[int, list[Strategy]] = {}   # per node, indexed by its unit's
         self.free_sources: dict[int, tuple[int, int]] = {}   # value -> its one (node, position)
         self.leader: dict[int, int] = {}                     # follower node -> operand position
-        # Followers whose result is kept for several readers, run in its layout:
-        # node -> its leader operand's position (`_add_stored_follower`).
-        self.stored_followers: dict[int, int] = {}
+        # Followers whose result is kept for several readers, run in its layout
+        # (`_add_stored_follower`); their leaders are in `leader` too.
+        self.stored_followers: set[int] = set()
         self._follower_matrices: dict[tuple, np.ndarray] = {}
-        self.producer_node = {value: index for index, node in enumerate(graph.nodes)
-                              if not node.is_tie for value in node.results if value != NO_VALUE}
         self.shared_reads: list[int] = []   # values read by several ops: their own units
         for root in sorted({self.root[v] for v in range(n_values)}):
             if root in arguments or len(producers.get(root, ())) != 1:
@@ -225,7 +223,7 @@ class Search(_Memory):
         self.shared_reads.append(value)
         self.unit_of_node[index] = unit
         self.node_strategy[index] = strategies
-        self.stored_followers[index] = leader
+        self.stored_followers.add(index)
 
     def _read_by_several(self, value: int) -> bool:
         """Whether `value` is read by two ops or more, so that a reshard of it
@@ -310,12 +308,14 @@ class Search(_Memory):
     def _remade(self, source: Sharding, target: Sharding, value: int) -> float | None:
         """What `value`'s op moves to make it again in `target` from the
         operands that made it in `source` (one op deep), or None."""
-        index = self.producer_node.get(value)
-        leader = self.leader.get(index)
-        if leader is None or self.graph.nodes[index].label not in REMADE_NOT_MOVED \
-                or source.unreduced or target.unreduced:
+        found = self.producers.get(value) if self.root[value] == value else None
+        if not found or len(found) != 1 or source.unreduced or target.unreduced:
             return None
+        index, position = found[0]
+        leader = self.leader.get(index)
         node = self.graph.nodes[index]
+        if leader is None or node.label not in REMADE_NOT_MOVED or node.results[position] != value:
+            return None
         made = self.strategies.follow_result(node.rule, leader, source)
         wanted = self.strategies.follow_result(node.rule, leader, target)
         if made is None or wanted is None:
@@ -337,7 +337,7 @@ class Search(_Memory):
         node = self.graph.nodes[reader]
         unit = self.unit_of_node[reader]
         kept = self.units[unit].strategies
-        position = self.stored_followers[reader]
+        position = self.leader[reader]
         rows = _distinct(layouts_a)
         key = ("follower", tuple(map(id, rows[0])), tuple(map(id, kept)), node.rule,
                self.graph.shapes[value], self.graph.element_bytes[value],
@@ -372,8 +372,8 @@ class Search(_Memory):
                      reader: int | None = None):
             # cost[s, t] of unit_a's strategy s giving `value` in layouts_a[s] and
             # unit_b's strategy t reading it in layouts_b[t]
-            if reader is not None and self.stored_followers.get(reader, -1) >= 0 and \
-                    self.graph.nodes[reader].operands[self.stored_followers[reader]] == value:
+            if reader in self.stored_followers and \
+                    self.graph.nodes[reader].operands[self.leader[reader]] == value:
                 full = self._follower_read(reader, value, layouts_a)
                 diagonal = np.diagonal(full) if full.shape[0] == full.shape[1] else None
             else:
