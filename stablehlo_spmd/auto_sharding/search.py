@@ -535,6 +535,11 @@ class Search(_Memory):
                                           overflow, start=reference if fits else None)
             if choice is None:
                 smallest, _ = self._smallest_peak(problem, memory, points, cuts, time_limit)
+                if math.isinf(smallest):
+                    raise InfeasibleBudget(
+                        f"no plan fits a memory budget of {format_bytes(memory_budget)} per "
+                        "device, and the least memory any plan reaches was not found within "
+                        f"the time limit of {time_limit:g} s", smallest)
                 raise InfeasibleBudget(
                     f"no plan fits a memory budget of {format_bytes(memory_budget)} per device; "
                     f"the smallest budget found feasible is {format_bytes(smallest)} "
@@ -607,6 +612,10 @@ class Search(_Memory):
         problem, memory, _ = self._problem()
         points = sorted({t for *_, b, l in memory for t in (b, l)})
         _, strategies = self._smallest_peak(problem, memory, points, self._cuts, time_limit)
+        if not strategies:
+            raise SearchTimeLimit(f"the solver found no plan of least memory within its time "
+                                  f"limit of {time_limit:g} s; give the search more time "
+                                  "(time-limit)")
         objective = self._objective(strategies)
         return self._plan(strategies, objective, points, started)
 
@@ -647,7 +656,10 @@ class Search(_Memory):
             if best_strategies and time.perf_counter() >= deadline:
                 break
             left = max(1e-9, deadline - time.perf_counter())
-            strategies, bound = problem.solve(rows, None, left, minimize_peak=True)
+            found = problem.solve(rows, None, left, minimize_peak=True)
+            if found is None:   # HiGHS gave up on the rows before any plan
+                break
+            strategies, bound = found
             peak, at = self._peak(memory, strategies, points)
             if peak < best:
                 best, best_strategies = peak, strategies

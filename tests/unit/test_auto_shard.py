@@ -122,6 +122,21 @@ def test_infeasible_budget_names_the_smallest_feasible_one():
     assert "mhlo.sharding" in planned
 
 
+def test_a_least_memory_the_solver_gives_up_on_is_still_a_located_error(monkeypatch):
+    """Where HiGHS returns no plan for the least-memory question either (out of
+    time on a 70B model's rows), the user still gets the budget's error, not
+    a Python one."""
+    solve = _Milp.solve
+
+    def no_least(self, rows, budget, time_limit, minimize_peak=False, start=None):
+        return None if minimize_peak else solve(self, rows, budget, time_limit, start=start)
+
+    monkeypatch.setattr(_Milp, "solve", no_least)
+    for measure in (False, None):   # the estimate alone, and XLA's analysis of each plan
+        with pytest.raises(SpmdError, match="least memory"):
+            ss.auto_shard(_mlp_text(), "x=8", memory_budget="64KiB", measure_memory=measure)
+
+
 def _scaled_xla(factor: float):
     """A memory check that reports `factor` times XLA's real analysis of each
     plan: an allocator that needs more (or less) than the search estimates."""
