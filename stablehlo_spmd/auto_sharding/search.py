@@ -305,17 +305,27 @@ class Search(_Memory):
         return self.pricer.cost(source, target, self.graph.shapes[value],
                                 self.graph.element_bytes[value])
 
+    def _remaker(self, value: int) -> int | None:
+        """The node that makes `value` where the partitioner may make it again
+        rather than move it (a follower in `REMADE_NOT_MOVED`), else None."""
+        found = self.producers.get(value) if self.root[value] == value else None
+        if not found or len(found) != 1:
+            return None
+        index, position = found[0]
+        node = self.graph.nodes[index]
+        if index not in self.leader or node.label not in REMADE_NOT_MOVED \
+                or node.results[position] != value:
+            return None
+        return index
+
     def _remade(self, source: Sharding, target: Sharding, value: int) -> float | None:
         """What `value`'s op moves to make it again in `target` from the
         operands that made it in `source` (one op deep), or None."""
-        found = self.producers.get(value) if self.root[value] == value else None
-        if not found or len(found) != 1 or source.unreduced or target.unreduced:
+        index = self._remaker(value)
+        if index is None or source.unreduced or target.unreduced:
             return None
-        index, position = found[0]
-        leader = self.leader.get(index)
         node = self.graph.nodes[index]
-        if leader is None or node.label not in REMADE_NOT_MOVED or node.results[position] != value:
-            return None
+        leader = self.leader[index]
         made = self.strategies.follow_result(node.rule, leader, source)
         wanted = self.strategies.follow_result(node.rule, leader, target)
         if made is None or wanted is None:
@@ -456,8 +466,13 @@ class Search(_Memory):
         """The distinct written and read layouts of an edge (`_distinct`'s
         pairs), and the key its cost matrix is shared by."""
         rows, cols = _distinct(layouts_a), _distinct(layouts_b)
+        # A value its op may be made again from prices by that op's operands too.
+        remaker = self._remaker(value)
+        remade = None if remaker is None else (self.graph.nodes[remaker].rule, tuple(
+            (self.graph.shapes[v], self.graph.element_bytes[v])
+            for v in self.graph.nodes[remaker].operands if v != NO_VALUE))
         return rows, cols, (tuple(map(id, rows[0])), tuple(map(id, cols[0])),
-                            self.graph.shapes[value], self.graph.element_bytes[value])
+                            self.graph.shapes[value], self.graph.element_bytes[value], remade)
 
     def _problem(self):
         """(the 0-1 program, memory terms, tie-break weight), built on first use."""
