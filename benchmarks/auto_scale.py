@@ -189,14 +189,17 @@ def measure(label: str, mesh: str, partitioned: str, devices: int, compile_it: b
 def search(text: str, mesh: str, budget: float):
     """The plan's annotated text and the search's figures (`Plan`), or the error."""
     from stablehlo_spmd import diagnostics
+    from stablehlo_spmd.api import default_target
     from stablehlo_spmd.ir import make_context, parse_module, print_module
+    from stablehlo_spmd.mesh import Mesh
     from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module
 
     engine = diagnostics.DiagnosticEngine()
+    target = default_target(Mesh.from_string(mesh))
     with make_context() as context, diagnostics.collecting(engine):
         module = parse_module(text, "<program>", context)
-        found = auto_shard_module(module.operation,
-                                  AutoShardPass(mesh=mesh, memory_budget=str(int(budget))))
+        found = auto_shard_module(module.operation, AutoShardPass(
+            mesh=mesh, memory_budget=str(int(budget)), target=target))
         if found is None:
             raise RuntimeError(" ".join(str(d.message) for d in engine.diagnostics
                                         if d.severity == "error")[:400] or "search failed")

@@ -117,7 +117,8 @@ def partition(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet 
 def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = None,
                rules: Iterable[Any] | str | RuleSet = (), bandwidth: str | dict | None = None,
                latency: float = 0.0, time_limit: float = 60.0,
-               measure_memory: bool | None = None, filename: str = "<input>") -> str:
+               measure_memory: bool | None = None, target: str | None = None,
+               filename: str = "<input>") -> str:
     """Choose every value's sharding over `mesh` within `memory_budget` bytes per device.
 
     `memory_budget` is an int or a string like ``"2GiB"``; None means no
@@ -132,7 +133,9 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
     search's estimate steers it; see `passes.auto_shard._fit_measured`).
     `measure_memory` None does so where this process has the mesh's
     devices and warns where it has not; True insists; False keeps to the
-    estimate.
+    estimate.  `target` (``"cpu"``, ``"gpu"``, ``"tpu"``) is the backend the
+    estimate counts memory for (XLA's CPU backend computes bf16 in f32);
+    None: the one this process compiles the mesh's programs on.
 
     Raises `SpmdError` when no plan fits the budget, naming the smallest one
     that does, or when the solver finds none within `time_limit` seconds
@@ -144,7 +147,8 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
         bandwidth = ",".join(f"{axis}={speed}" for axis, speed in bandwidth.items())
     budget = "" if memory_budget is None else str(memory_budget)
     options = AutoShardPass(memory_budget=budget, bandwidth=bandwidth or "", latency=latency,
-                            time_limit=time_limit)
+                            time_limit=time_limit,
+                            target=default_target(mesh) if target is None else target)
     check = None if measure_memory is False else memory_check(bool(measure_memory))
     engine = DiagnosticEngine()
     with make_context() as context, diagnostics.collecting(engine):
@@ -155,6 +159,19 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
         if not ok:
             raise SpmdError("pass pipeline failed")
         return print_module(module, debug_info=True)
+
+
+def default_target(mesh: Mesh | None) -> str:
+    """The backend `mesh`'s programs compile on in this process (jax's
+    default backend where the mesh is not known yet): what the search
+    counts memory for unless told another."""
+    from stablehlo_spmd import runtime
+
+    if mesh is None:
+        import jax
+
+        return jax.default_backend()
+    return runtime.compile_platform(mesh.size)
 
 
 def memory_check(required: bool = False):

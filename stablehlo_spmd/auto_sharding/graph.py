@@ -42,10 +42,21 @@ class CostModel:
     `bandwidths` are bytes per second per mesh axis; a collective over
     several axes runs at the slowest one's.  `latency` is each
     collective's fixed cost in seconds (the alpha of an alpha-beta model).
+
+    `float_compute_bytes` is what memory the target's arithmetic takes: the
+    fewest bytes it computes a float element in.  XLA's CPU backend
+    normalizes bf16 and f16 arithmetic to f32 (4): there a temporary of
+    either type read by such arithmetic takes f32's bytes, and a
+    contraction with a 16-bit result reads an f32 copy of a 16-bit
+    argument (one copy, shared by every contraction that reads it, and by
+    the program's own converts of it); a contraction with an f32 result
+    reads 16-bit operands as they are.  0: each type at its own width, as
+    GPUs and TPUs compute them.
     """
 
     bandwidths: tuple[tuple[str, float], ...] = ()
     latency: float = 0.0
+    float_compute_bytes: int = 0
 
     def price(self, steps) -> float:
         fixed, moved = self.parts(steps)
@@ -87,6 +98,9 @@ class Graph:
     # A layout per value that wins where plans tie: a plan pays `search.PREFERENCE`
     # of a value's bytes per device for each value it lays out otherwise.
     preferred: dict[int, Sharding] = dataclasses.field(default_factory=dict)
+    # Per value, whether its elements are floats (what a target that
+    # computes narrow floats wider holds wider); empty: none are.
+    floating: Sequence[bool] = ()
 
 
 @dataclasses.dataclass

@@ -1,8 +1,9 @@
 """What a plan holds in memory: its buffers, the rows that bound them, its peak.
 
 `_Memory` is the part of `Search` that lists the buffers a plan may hold
-(`_memory_terms`: each value's, and the transposed copies contractions
-make), writes the bytes live at a program point as a row linear in the
+(`_memory_terms`: each value's, at the width the target holds it, and the
+copies contractions make: transposed, or converted to the width a target
+computes 16-bit floats in), writes the bytes live at a program point as a row linear in the
 program's variables (`_memory_row`), and measures a plan's peak (`_peak`)
 with the copies it makes of values read in other layouts (`_copies`).  How
 the rows bound the peak is the package docstring's *Memory*.
@@ -81,52 +82,138 @@ class _Memory:
                 sizes = np.array([self.nbytes[value] / _shards(self.layouts, l) for l in wanted])
                 self.reads[value].append((index, unit, wanted, sizes))
                 self.read_sources[value] = found
-        terms = self._transposed_operands(producer_of)
+        terms, absorbed = self._contraction_copies(producer_of, spans)
         for root in sorted(members):
             found = self._layouts_of(root)
             if found is None:
                 continue
             unit, layouts = found
-            per_device = np.array([self.nbytes[root] / _shards(self.layouts, l) for l in layouts])
             if held_throughout[root]:
+                per_device = np.array([self.nbytes[root] / _shards(self.layouts, l)
+                                       for l in layouts])
                 terms.extend([(root, unit, per_device, 0, end)] * held_throughout[root])
                 continue
             for start, last, values in _merged(members[root]):
-                if not self._fused(values, producer_of):
-                    terms.append((root, unit, per_device, start, last))
+                if not absorbed.isdisjoint(values) or self._fused(values, producer_of):
+                    continue
+                held = self.computed_nbytes[root] if self._computed_wide(values) \
+                    else self.nbytes[root]
+                terms.append((root, unit, np.array([held / _shards(self.layouts, l)
+                                                    for l in layouts]), start, last))
         return terms
 
-    def _transposed_operands(self, producer_of: dict[int, int]) -> list:
-        """The copy a contraction makes of each operand whose dims are not in
-        a matrix multiply's order: XLA's dot canonicalization transposes it
-        to (batch, free, contracting) (or contracting before free) so that it
-        reads as one batched matrix.  The copy is its operand's size in the
-        layout the contraction reads, and lives at the contraction (a copy of
-        an argument: from the start, see below).  Where the operand is
-        computed by a loop fusion only the contraction reads, the fusion
-        writes the transposed order itself and no copy is made."""
+    def _computed_wide(self, buffer: list[int]) -> bool:
+        """Whether the target holds the values of `buffer` at its computed
+        width.  A narrow value is computed wide and kept wide where it is
+        read wide (XLA drops the round trip through the narrow type between
+        two ops it computes wide); a contraction with a wide result reads a
+        narrow operand as it is, so a value only such contractions read is
+        held narrow."""
+        if self.computed_nbytes[buffer[0]] == self.nbytes[buffer[0]]:
+            return False
+        readers = [index for value in buffer for index, _ in self.consumers[value]]
+        return not readers or not all(self._reads_narrow(index) for index in readers)
+
+    def _reads_narrow(self, index: int) -> bool:
+        """Whether node `index` is a contraction the target computes at its
+        operands' width: its result is as wide as the target computes."""
+        node = self.graph.nodes[index]
+        if not _is_contraction(node.rule) or node.rule.windows:
+            return False
+        result = node.results[0]
+        return result != NO_VALUE and self.computed_nbytes[result] == self.nbytes[result]
+
+    def _contraction_copies(self, producer_of: dict[int, int],
+                            spans: dict[int, list[int]]) -> tuple[list, set[int]]:
+        """The copies contractions make of their operands, and the values
+        that are one of those copies (below).
+
+        A contraction transposes each operand whose dims are not in a matrix
+        multiply's order (XLA's dot canonicalization: batch, free,
+        contracting, or contracting before free) so that it reads as one
+        batched matrix.  The copy is its operand's size in the layout the
+        contraction reads, and lives at the contraction (a copy of an
+        argument: from the start, see below).  Where the operand is computed
+        by a loop fusion only the contraction reads, the fusion writes the
+        transposed order itself and no copy is made.
+
+        Where the target computes narrow floats wider, each contraction it
+        computes wide (one with a narrow result, see `_reads_narrow`)
+        converts a narrow argument it reads: XLA's CSE makes that one copy,
+        at the computed width, for every contraction that reads it (the
+        forward's and the backward's), live from the start to its last
+        reader, and a transposing contraction converts and transposes in one
+        copy.  The program's own converts of the argument to that width are
+        the same copy to CSE: their values are not buffers of their own, and
+        the copy lives from the first of them (or the start, where a
+        contraction converts it) to the last read of any.  It is charged to
+        its first reader's strategies."""
         graph = self.graph
         terms = []
+        # argument value -> [unit, sizes, first use, last use]
+        converted: dict[int, list] = {}
+        absorbed: set[int] = set()
+        wide = self.cost_model.float_compute_bytes
+
+        def convert_to(value: int, index: int, position: int, born: int, last: int) -> None:
+            copy = converted.get(value)
+            if copy is None:
+                converted[value] = [self.unit_of_node[index], self._read_sizes(
+                    index, position, self.computed_nbytes[value]), born, last]
+            else:
+                copy[2] = min(copy[2], born)
+                copy[3] = max(copy[3], last)
+
         for index in self.real_nodes:
             node = graph.nodes[index]
             unit = self.unit_of_node.get(index, -1)
-            if unit < 0 or not _is_contraction(node.rule) or node.rule.windows:
+            if unit < 0:
                 continue
-            for position in _transposed_positions(node.rule):
-                value = node.operands[position]
+            if node.label == "stablehlo.convert" and wide and self._widened_argument(
+                    node.operands[0]):
+                result = node.results[0]
+                if result != NO_VALUE and self.graph.element_bytes[result] == wide \
+                        and self.computed_nbytes[result] == self.nbytes[result]:
+                    absorbed.add(result)
+                    convert_to(node.operands[0], index, 0, index, spans[result][1])
+                continue
+            if not _is_contraction(node.rule) or node.rule.windows:
+                continue
+            transposed = _transposed_positions(node.rule)
+            for position, value in enumerate(node.operands):
                 if value == NO_VALUE or value in self.free_sources:
+                    continue
+                argument = self.root[value] in self.argument_roots
+                if self._widened_argument(value) and not self._reads_narrow(index):
+                    # Made at the start, as an argument's gathers are (below).
+                    convert_to(value, index, position, 0, index)
+                    continue
+                if position not in transposed:
                     continue
                 producer = graph.nodes[producer_of[value]] if value in producer_of else None
                 if producer is not None and len(self.consumers[value]) == 1 and (
                         producer.rule.elementwise or producer.is_broadcast):
                     continue
-                sizes = np.array([self.nbytes[value] / _shards(self.layouts, s.operands[position])
-                                  for s in self.node_strategy[index]])
+                sizes = self._read_sizes(index, position, self.nbytes[value]
+                                         if self._reads_narrow(index)
+                                         else self.computed_nbytes[value])
                 # A copy of an argument needs nothing else: XLA's schedule
                 # makes it at the start, as it does an argument's gathers.
-                born = 0 if self.root[value] in self.argument_roots else index
-                terms.append((self.root[value], unit, sizes, born, index))
-        return terms
+                terms.append((self.root[value], unit, sizes, 0 if argument else index, index))
+        for value, (unit, sizes, born, last) in converted.items():
+            terms.append((self.root[value], unit, sizes, born, last))
+        return terms, absorbed
+
+    def _widened_argument(self, value: int) -> bool:
+        """Whether `value` is an argument's, held narrower than the target computes it."""
+        return value != NO_VALUE and self.root[value] in self.argument_roots \
+            and self.computed_nbytes[value] > self.nbytes[value]
+
+    def _read_sizes(self, index: int, position: int, nbytes: float) -> np.ndarray:
+        """Per strategy of node `index`, bytes per device of its operand at
+        `position`, in the layout the strategy reads it in."""
+        return np.array([nbytes / _shards(self.layouts, s.operands[position])
+                         for s in self.node_strategy[index]])
 
     def _fused(self, buffer: list[int], producer_of: dict[int, int]) -> bool:
         """Whether XLA's loop fusion computes the values of `buffer` (tied

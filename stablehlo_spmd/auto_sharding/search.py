@@ -56,6 +56,13 @@ class Search(_Memory):
         self.strategies = _Strategies(self.layouts, self.pricer.rule_tensor_cost)
         n_values = len(graph.shapes)
         self.nbytes = [math.prod(s) * b for s, b in zip(graph.shapes, graph.element_bytes)]
+        # What a temporary of each value takes where the target computes
+        # narrow floats wider (`CostModel.float_compute_bytes`).
+        wide = cost_model.float_compute_bytes
+        floating = list(graph.floating) or [False] * n_values
+        self.computed_nbytes = [size * wide / b if floating[v] and wide > b > 0 else size
+                                for v, (size, b) in enumerate(zip(self.nbytes,
+                                                                  graph.element_bytes))]
         # Value classes: tied values share one layout.
         classes = _UnionFind(n_values)
         for node in graph.nodes:

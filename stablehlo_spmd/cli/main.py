@@ -101,6 +101,17 @@ def explain_command(input_file: str, rules: str | None) -> None:
         sys.exit(1)
 
 
+def _mesh_or_none(text: str | None):
+    """`text` as a Mesh; None where it is absent or wrong (the pass says why)."""
+    from stablehlo_spmd.errors import ShardingError
+    from stablehlo_spmd.mesh import Mesh
+
+    try:
+        return Mesh.from_string(text) if text else None
+    except (ValueError, ShardingError):
+        return None
+
+
 @cli.command("auto-shard")
 @click.argument("input_file", metavar="INPUT")
 @click.option("--mesh", default=None, metavar="AXES",
@@ -119,10 +130,15 @@ def explain_command(input_file: str, rules: str | None) -> None:
               help="Check each plan against the budget by XLA's memory analysis of it, "
                    "compiled here (default: where this process has the mesh's devices), "
                    "or keep to the search's estimate.")
+@click.option("--target", default=None, metavar="cpu|gpu|tpu",
+              help="The backend the memory estimate counts for (default: the one this "
+                   "process compiles the mesh's programs on); XLA's CPU backend computes "
+                   "bf16 in f32.")
 @click.option("-o", "output_file", default="-", metavar="OUTPUT", help="Output file ('-' is stdout).")
 def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, bandwidth: str,
                        latency: float, rules: str | None, explain: bool, time_limit: float,
-                       measure_memory: bool | None, output_file: str) -> None:
+                       measure_memory: bool | None, target: str | None,
+                       output_file: str) -> None:
     """Choose every value's sharding from a mesh and a memory budget.
 
     Writes the annotated module (ready for spmd-propagate and spmd-partition)
@@ -131,7 +147,7 @@ def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, ba
     device, and the solve time.  With a budget, each plan is checked by
     XLA's memory analysis of it, compiled here, and searched again where
     the estimate was wrong."""
-    from stablehlo_spmd.api import memory_check
+    from stablehlo_spmd.api import default_target, memory_check
     from stablehlo_spmd.passes.annotate import AnnotatePass
     from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module, format_table
 
@@ -142,7 +158,8 @@ def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, ba
         check = None if measure_memory is False else memory_check(bool(measure_memory))
         result = auto_shard_module(module.operation, AutoShardPass(
             memory_budget=memory_budget, bandwidth=bandwidth, latency=latency,
-            explain=explain, time_limit=time_limit), check) \
+            explain=explain, time_limit=time_limit,
+            target=target or default_target(_mesh_or_none(mesh))), check) \
             if ok and not engine.errors else None
         output = print_module(module.operation) if result is not None else None
     for diagnostic in engine.diagnostics:

@@ -34,6 +34,11 @@ Options:
   latency        seconds per collective, with `bandwidth`
   explain        a remark per op: its sharding and why the search chose it
   time-limit     seconds the solver may take
+  target         the backend the plan compiles for, as its memory goes: ``cpu``
+                 (XLA's CPU backend computes bf16 and f16 in f32, so their
+                 temporaries take f32's bytes), ``gpu`` or ``tpu`` (each type at
+                 its width; also the default here).  ``ss.auto_shard`` and the
+                 ``auto-shard`` command default to jax's default backend.
 """
 
 from __future__ import annotations
@@ -80,6 +85,20 @@ def parse_bytes(text: str | int | float | None) -> float | None:
     return size
 
 
+# How each backend's compiled programs hold memory (`CostModel`): XLA's CPU
+# backend computes 16-bit floats in f32; GPUs and TPUs compute bf16 natively.
+_TARGETS = {"": {}, "gpu": {}, "cuda": {}, "rocm": {}, "tpu": {},
+            "cpu": {"float_compute_bytes": 4}}
+
+
+def target_cost_model(target: str, bandwidths=(), latency: float = 0.0) -> CostModel:
+    """The cost model for plans compiled by the backend named `target`."""
+    found = _TARGETS.get(target.strip().lower())
+    if found is None:
+        raise ValueError(f"unknown target {target!r} (expected cpu, gpu or tpu)")
+    return CostModel(bandwidths, latency, **found)
+
+
 def parse_bandwidths(text: str) -> tuple[tuple[str, float], ...]:
     """``data=25e9,model=300e9`` as ((axis, bytes per second), ...)."""
     if not text:
@@ -120,6 +139,7 @@ class AutoShardPass(ModulePass):
     latency: float = 0.0
     explain: bool = False
     time_limit: float = 60.0
+    target: str = ""
 
     def run(self, module: ir.Operation) -> None:
         auto_shard_module(module, self)
@@ -142,7 +162,8 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass,
     """
     try:
         budget = parse_bytes(options.memory_budget)
-        cost_model = CostModel(parse_bandwidths(options.bandwidth), options.latency)
+        cost_model = target_cost_model(options.target, parse_bandwidths(options.bandwidth),
+                                       options.latency)
         mesh = Mesh.from_string(options.mesh) if options.mesh else None
     except (ValueError, ShardingError) as error:
         diagnostics.error(module.location, f"spmd-auto-shard: {error}")

@@ -300,7 +300,20 @@ class ModuleGraph:
         arguments, results = self.entry_values()
         return SearchGraph(self.mesh, self.shapes, self.element_bytes, self.nodes, pins,
                            open_dims, carried, [i for _, i in results],
-                           [i for _, i in arguments])
+                           [i for _, i in arguments], floating=self._floating())
+
+    def _floating(self) -> list[bool]:
+        """Per value, whether its elements are floats: one look at each type."""
+        floating = [False] * len(self.shapes)
+        by_type: dict[ir.Type, bool] = {}
+        for value, index in self.ids.items():
+            value_type = value.type
+            found = by_type.get(value_type)
+            if found is None:
+                found = by_type[value_type] = isinstance(
+                    ir.RankedTensorType(value_type).element_type, ir.FloatType)
+            floating[index] = found
+        return floating
 
     def entry_values(self) -> tuple[list, list]:
         """The entry function's (argument, value id) and (result, value id) pairs."""

@@ -30,7 +30,8 @@ for them before jax is loaded.
 
 from stablehlo_spmd.runtime import distributed
 from stablehlo_spmd.runtime.devices import (
-    DeviceError, ensure_host_devices, has_devices, set_host_device_count, with_host_device_count)
+    DeviceError, compile_platform, ensure_host_devices, has_devices, set_host_device_count,
+    with_host_device_count)
 from stablehlo_spmd.runtime.module import (
     TOKEN_TYPE, RuntimeCompileError, RuntimeInputError, TensorInfo)
 from stablehlo_spmd.runtime.executable import (

@@ -173,6 +173,20 @@ def has_devices(n: int) -> bool:
         return False
 
 
+def compile_platform(n: int) -> str:
+    """The platform a program for `n` devices compiles on here: the default
+    backend's where it has `n` devices, else the CPU backend's (as
+    `_available_devices` picks); the default backend's where neither has."""
+    import jax
+
+    try:
+        ensure_host_devices(n)
+    except DeviceError:
+        pass
+    picked = _available_devices(n)
+    return picked[0].platform if picked else jax.default_backend()
+
+
 def _pick_devices(n: int, devices: Sequence[Any] | None) -> list:
     import jax
 

@@ -796,3 +796,17 @@ def test_an_uneven_pin_is_priced_for_its_own_shape():
     want = sum(step.bytes_per_device for rows in (7, 9)
                for step in reshard_plan(split, whole, (rows, 16), 4))
     assert result.plan.cost == pytest.approx(want)
+
+
+def test_an_unknown_target_is_refused_alike_by_the_api_and_the_cli(tmp_path):
+    with pytest.raises(ss.SpmdError):
+        ss.auto_shard(_mlp_text(), "x=8", target="npu", measure_memory=False)
+    source = tmp_path / "mlp.mlir"
+    source.write_text(_mlp_text())
+    output = tmp_path / "planned.mlir"
+    run = _auto_shard_cli(source, output, "1MiB", "--target", "npu")
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    assert re.search(r"mlp.mlir: error: spmd-auto-shard: unknown target 'npu'", run.stderr)
+    assert not output.exists()
+

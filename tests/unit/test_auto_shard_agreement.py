@@ -133,3 +133,57 @@ def test_a_widened_value_read_by_several_is_moved_narrow():
         emitted = counter.total_bytes(counter.emitted_collectives(ss.partition(planned), 8))
     assert emitted == 256 * 512 * 2 // 8 * 7 // 8
     assert plan.cost == pytest.approx(emitted)
+
+
+BF16_DOTS = """
+func.func @main(%w: tensor<256x256xbf16>, %x: tensor<64x256xbf16>) -> tensor<64x256xbf16> {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0]
+      : (tensor<64x256xbf16>, tensor<256x256xbf16>) -> tensor<64x256xbf16>
+  %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0]
+      : (tensor<64x256xbf16>, tensor<256x256xbf16>) -> tensor<64x256xbf16>
+  return %1 : tensor<64x256xbf16>
+}
+"""
+
+
+@pytest.mark.parametrize("target, peak", [
+    # Arguments w (128 KiB) and x (32 KiB), the result (32 KiB) and the
+    # temporary %0 (32 KiB), each at its own width.
+    ("gpu", (128 + 32 + 32 + 32) * 1024),
+    # XLA's CPU backend computes bf16 in f32: %0 takes 64 KiB, and the
+    # dots read f32 copies of the arguments: w's (256 KiB), made once for
+    # both dots, and x's (64 KiB), live until the first dot.
+    ("cpu", (128 + 32 + 32 + 64 + 256 + 64) * 1024),
+])
+def test_the_memory_estimate_counts_what_the_target_computes_in(target, peak):
+    with make_context() as context, diagnostics.collecting(diagnostics.DiagnosticEngine()):
+        module = parse_module(BF16_DOTS, "<test>", context)
+        # One device: every strategy holds the whole of every value.
+        found = auto_shard_module(module.operation, AutoShardPass(mesh="x=1", target=target))
+    assert found is not None
+    assert found.plan.peak_memory == peak
+
+
+def test_the_cpu_estimate_of_a_bf16_program_is_near_xlas_analysis():
+    """The mixed-precision MLP with bf16 everywhere, as keras-hub's bf16
+    models are: XLA's CPU analysis counts its temporaries in f32."""
+    spec = jax.ShapeDtypeStruct
+    mlp = [(spec((512, 2048), jnp.bfloat16), spec((2048, 512), jnp.bfloat16))] * 2
+    data = spec((64, 512), jnp.bfloat16)
+    text = ss.export(_mixed_precision_mlp, mlp, data, data)
+    measured = {}
+    for target in ("cpu", "gpu"):
+        with make_context() as context, diagnostics.collecting(diagnostics.DiagnosticEngine()):
+            module = parse_module(text, "<test>", context)
+            found = auto_shard_module(module.operation,
+                                      AutoShardPass(mesh="data=4,model=2", target=target))
+            planned = print_module(module, debug_info=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stats = runtime.compile(ss.partition(planned)).memory_analysis()
+        measured[target] = (found.plan.peak_memory, stats.argument_size_in_bytes
+                            + stats.output_size_in_bytes + stats.temp_size_in_bytes
+                            - stats.alias_size_in_bytes)
+    estimate, xla = measured["cpu"]
+    assert estimate == pytest.approx(xla, rel=MEMORY_AGREEMENT)
+    assert abs(estimate - xla) < abs(measured["gpu"][0] - measured["gpu"][1])
