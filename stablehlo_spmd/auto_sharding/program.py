@@ -181,18 +181,27 @@ class _Milp:
         return sparse.csr_array((data, (row_ids, col_ids)), shape=(len(rows), n))
 
     def solve(self, memory_rows, budget, time_limit, minimize_peak: bool = False,
-              start: list[int] | None = None):
+              start: list[int] | None = None, cost_weight: float = 0.0):
         """The 0-1 program's plan and cost (its peak, with `minimize_peak`),
         or None where no plan fits.  A plan that fits may be given as the
-        solver's `start`."""
+        solver's `start`.  With `minimize_peak`, `cost_weight` of each
+        plan's cost is added to its peak: among plans of one peak the
+        cheapest, and none that moves without need (a move that costs
+        nothing in memory at the rows' points may cost much elsewhere)."""
         from scipy import sparse
 
         rows = []
         n = self.variables + (1 if minimize_peak else 0)
-        for row in memory_rows if (budget is not None or minimize_peak) else ():
-            cols, values = self._columns(row)
+        columns = [self._columns(row) for row in memory_rows] \
+            if (budget is not None or minimize_peak) else []
+        # The peak is counted in units of the largest term: HiGHS called
+        # rows of bytes (up to 4e12 on Llama-3-8B) against the peak's own
+        # coefficient of -1 infeasible.
+        unit = max((float(np.max(values)) for _, values in columns if len(values)), default=1.0)
+        unit = unit if minimize_peak and unit > 0 else 1.0
+        for cols, values in columns:
             if minimize_peak:
-                rows.append(([*cols, n - 1], [*values, -1.0], -np.inf, 0.0))
+                rows.append(([*cols, n - 1], [*(values / unit), -1.0], -np.inf, 0.0))
             else:
                 rows.append((cols, values, -np.inf, budget))
         base, base_lower, base_upper = self._base_rows()
@@ -204,6 +213,7 @@ class _Milp:
         col_lower = np.zeros(n)
         if minimize_peak:
             objective = np.zeros(n)
+            objective[:self.variables] = cost_weight / unit * self.objective
             objective[-1] = 1.0
             col_upper = np.concatenate([self.upper, [np.inf]])
         else:
@@ -226,7 +236,7 @@ class _Milp:
                 "give the search more time (time-limit)")
         strategies = self._strategies(x)
         if minimize_peak:
-            return strategies, float(x[-1])
+            return strategies, float(x[-1]) * unit
         return strategies, float(objective @ x)
 
     def _point(self, strategies: list[int], n: int) -> np.ndarray:

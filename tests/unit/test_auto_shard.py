@@ -128,7 +128,7 @@ def test_a_least_memory_the_solver_gives_up_on_is_still_a_located_error(monkeypa
     a Python one."""
     solve = _Milp.solve
 
-    def no_least(self, rows, budget, time_limit, minimize_peak=False, start=None):
+    def no_least(self, rows, budget, time_limit, minimize_peak=False, start=None, **more):
         return None if minimize_peak else solve(self, rows, budget, time_limit, start=start)
 
     monkeypatch.setattr(_Milp, "solve", no_least)
@@ -425,6 +425,30 @@ def test_the_relaxation_proves_the_plan_its_support_decides():
     assert proved and cost == 0 and strategies == [0] * 100
 
 
+@pytest.mark.parametrize("saved", [10.0, 4e12])
+def test_the_least_memory_program_solves_rows_of_any_size(saved):
+    """Ten units each holding `saved` bytes unless switched at a cost: the
+    least peak switches all ten, whether the bytes are tens or terabytes
+    (the program counts the peak in units of its largest term: on
+    Llama-3-8B's rows, in bytes, HiGHS answered infeasible, and a fixed
+    unit of a GiB lost rows of tens of bytes below its tolerances)."""
+    problem, rows = _switches([1.0] * 10, saved)
+    for weight in (0.0, 1e-3):
+        strategies, peak = problem.solve(rows, None, 30, minimize_peak=True, cost_weight=weight)
+        assert strategies == [1] * 10
+        assert peak == pytest.approx(0.0, abs=1e-6 * saved)
+
+
+def test_the_least_memory_plan_moves_nothing_it_need_not():
+    """Two ways to hold the same bytes, one free and one dear: with the cost
+    weighed in, the least-memory plan takes the free one."""
+    units = [_Unit("value", 0, [0, 1])]
+    problem = _Milp(units, [0], [np.array([0.0, 5.0])], {})
+    rows = [{0: np.array([10.0, 10.0])}]
+    strategies, peak = problem.solve(rows, None, 30, minimize_peak=True, cost_weight=1e-3)
+    assert strategies == [0] and peak == pytest.approx(10.0)
+
+
 def _three_switches(ballast: float | None = None):
     """Three units, one saving each worth 8 of the 30 held, against a budget
     of 20: two must switch.  Units 0 and 1 pay 2 to differ.  Switching 0
@@ -709,9 +733,9 @@ def test_a_budget_opened_above_the_last_plan_starts_from_it(demo_step_search, mo
     starts = []
     within_gap = Search._within_gap
 
-    def spy(*args, start=None):
+    def spy(*args, start=None, **more):
         starts.append(start)
-        return within_gap(*args, start=start)
+        return within_gap(*args, start=start, **more)
 
     monkeypatch.setattr(Search, "_within_gap", staticmethod(spy))
     search._reference = bounded
