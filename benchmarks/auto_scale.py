@@ -108,6 +108,7 @@ class Measured:
     estimate: float | None = None      # auto: the search's bytes
     estimated_memory: float | None = None
     seconds: float | None = None       # auto: the search
+    time_limited: bool = False         # auto: the time limit ended the search
     failure: str = ""
 
 
@@ -246,6 +247,7 @@ def measure_config(config: Config, compile_it: bool = True) -> Result:
             auto = measure(label, config.mesh, partitioned, config.devices, compile_it)
             auto.seconds, auto.estimate = seconds, plan.cost
             auto.estimated_memory = plan.peak_memory
+            auto.time_limited = plan.time_limited
         except Exception as error:  # noqa: BLE001
             auto = Measured(label, config.mesh, failure=_failure(error))
         result.autos.append((budget, auto))
@@ -261,7 +263,8 @@ def _line(m: Measured) -> str:
     if m.failure:
         return f"{m.plan}: FAILED {m.failure}"
     extra = (f", estimate {fmt_gb(m.estimate)} / memory {fmt_gb(m.estimated_memory)}, "
-             f"search {m.seconds:.1f} s" if m.seconds is not None else "")
+             f"search {m.seconds:.1f} s{' (time-limited)' if m.time_limited else ''}"
+             if m.seconds is not None else "")
     return f"{m.plan} on {m.mesh}: emitted {fmt_gb(m.emitted)}, memory {fmt_gb(m.memory)}{extra}"
 
 
@@ -301,7 +304,8 @@ def table(results: list[Result]) -> list[str]:
                 f"| {r.config} | {r.batch} | {m.plan} | {m.mesh} | {fmt_gb(m.emitted)} | "
                 f"{fmt_gb(m.memory)} | {fmt_gb(m.estimate)} | {ratio(m.estimate, m.emitted)} | "
                 f"{ratio(m.estimated_memory, m.memory)} | "
-                f"{'' if m.seconds is None else f'{m.seconds:.1f}'} |")
+                f"{'' if m.seconds is None else f'{m.seconds:.1f}'}"
+                f"{' (time-limited)' if m.time_limited else ''} |")
     return lines
 
 

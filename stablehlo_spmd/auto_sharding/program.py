@@ -124,6 +124,7 @@ class _Milp:
         self.parts = (linear, blocks)   # to price a plan found otherwise
         self._warm = None       # a HiGHS instance kept warm on the LP relaxation
         self._base = None       # the choice and pair rows, as `_base_rows` gives them
+        self.proved = False     # whether the last `solve` proved its plan within its gap
         self._base_csc = None   # the same matrix by columns, for `_on_support`
         self._held_rows: list[np.ndarray] = []   # the memory rows the warm LP holds
 
@@ -234,6 +235,7 @@ class _Milp:
             raise SearchTimeLimit(
                 f"the solver found no plan within its time limit of {time_limit:g} s; "
                 "give the search more time (time-limit)")
+        self.proved = status == 0
         strategies = self._strategies(x)
         if minimize_peak:
             return strategies, float(x[-1]) * unit

@@ -24,7 +24,7 @@ from stablehlo_spmd.auto_sharding.clustering import _UnionFind, cluster_units
 from stablehlo_spmd.auto_sharding.graph import (
     CostModel, Graph, InfeasibleBudget, Plan, Pricer, SearchTimeLimit, format_bytes)
 from stablehlo_spmd.auto_sharding.memory import _Memory
-from stablehlo_spmd.auto_sharding.program import _distinct, _Milp, _Unit
+from stablehlo_spmd.auto_sharding.program import BOUNDED_GAP, _distinct, _Milp, _Unit
 from stablehlo_spmd.auto_sharding.strategies import Strategy, _Layouts, _shards, _Strategies
 from stablehlo_spmd.op_graph import NO_VALUE, Node
 from stablehlo_spmd.op_rules import REMADE_NOT_MOVED, FactorKind
@@ -560,30 +560,47 @@ class Search(_Memory):
 
                 def fitting_start(cuts=cuts):
                     # The least-memory plan, where the relaxation rounded to
-                    # none: a start that fits, or the answer that none does.
+                    # none: a start that fits, or the proof that none does.
                     # (Llama-3-8B on 256 devices at 40 GiB: the 0-1 program
                     # searched its 60 s for a plan where none fits.)
-                    left = max(1e-9, started + time_limit - time.perf_counter())
+                    # A third of the time left: where it proves nothing, the
+                    # 0-1 program gets the rest (Mixtral's least-memory
+                    # program took 53 s to a plan twice the least).
+                    left = max(1e-9, started + time_limit - time.perf_counter()) / 3
                     least.append(self._smallest_peak(problem, memory, points, cuts, left))
-                    smallest, strategies = least[-1]
-                    return strategies if smallest <= memory_budget * (1 + 1e-9) else None
+                    smallest, strategies, lower = least[-1]
+                    if smallest <= memory_budget * (1 + 1e-9):
+                        return strategies, False
+                    return None, lower > memory_budget
 
-                choice = self._within_gap(problem, rows, memory_budget, started + time_limit,
-                                          overflow, start=reference if fits else None,
-                                          fallback=fitting_start)
+                try:
+                    choice = self._within_gap(problem, rows, memory_budget,
+                                              started + time_limit, overflow,
+                                              start=reference if fits else None,
+                                              fallback=fitting_start)
+                except SearchTimeLimit:
+                    if not least or math.isinf(least[-1][0]):
+                        raise
+                    raise SearchTimeLimit(
+                        f"no plan that fits a memory budget of {format_bytes(memory_budget)} "
+                        f"per device was found within the time limit of {time_limit:g} s; the "
+                        f"least memory found is {format_bytes(least[-1][0])}, not proved the "
+                        "least; give the search more time (time-limit)") from None
             if choice is None:
-                smallest, _ = least[-1] if memory_budget is not None and rows and least else \
-                    self._smallest_peak(problem, memory, points, cuts, time_limit)
+                smallest = least[-1][0] if memory_budget is not None and rows and least else \
+                    self._smallest_peak(problem, memory, points, cuts, time_limit)[0]
                 if math.isinf(smallest):
                     raise InfeasibleBudget(
                         f"no plan fits a memory budget of {format_bytes(memory_budget)} per "
                         "device, and the least memory any plan reaches was not found within "
                         f"the time limit of {time_limit:g} s", smallest)
+                cut_short = (" (found when the time limit ended the search: the least may be "
+                             "lower)" if time.perf_counter() >= started + time_limit else "")
                 raise InfeasibleBudget(
                     f"no plan fits a memory budget of {format_bytes(memory_budget)} per device; "
                     f"the smallest budget found feasible is {format_bytes(smallest)} "
-                    f"({int(math.ceil(smallest))} bytes) without rematerialization, which "
-                    "the search does not choose", smallest)
+                    f"({int(math.ceil(smallest))} bytes){cut_short} without rematerialization, "
+                    "which the search does not choose", smallest)
             peak, at = self._peak(memory, choice[0], points)
             if memory_budget is None or peak <= memory_budget * (1 + 1e-9):
                 break
@@ -597,7 +614,11 @@ class Search(_Memory):
             self._reference = strategies
         objective = max(0.0, objective - tie_break * sum(
             per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
-        return self._plan(strategies, objective, points, started)
+        plan = self._plan(strategies, objective, points, started)
+        # Every solve above runs to the one deadline, so reaching it means
+        # one of them stopped on time rather than on its gap.
+        plan.time_limited = time.perf_counter() >= started + time_limit
+        return plan
 
     @staticmethod
     def _within_gap(problem: _Milp, rows, budget, deadline: float, overflow=None,
@@ -608,8 +629,8 @@ class Search(_Memory):
         relaxation is solved again with it first.  `start`, a plan that
         satisfies `rows` within `budget`, is where the 0-1 program starts;
         without one, where the relaxation rounded to no plan, `fallback`
-        gives a plan that fits to start from, or None: then none fits and
-        None is the answer."""
+        gives (a plan that fits to start from, or None; whether none fits,
+        proved): proved, None is the answer."""
         while True:
             found: list = []    # the row a rounded plan overflowed, before dividing
 
@@ -641,8 +662,8 @@ class Search(_Memory):
         if start is None and best is not None and not rows:
             start = best[0]
         if start is None and best is None and rows and fallback is not None:
-            start = fallback()
-            if start is None:
+            start, none_fits = fallback()
+            if none_fits:
                 return None
         try:
             return problem.solve(rows, budget, max(1e-9, deadline - time.perf_counter()),
@@ -657,7 +678,7 @@ class Search(_Memory):
         started = time.perf_counter()
         problem, memory, _ = self._problem()
         points = sorted({t for *_, b, l in memory for t in (b, l)})
-        _, strategies = self._smallest_peak(problem, memory, points, self._cuts, time_limit)
+        _, strategies, _ = self._smallest_peak(problem, memory, points, self._cuts, time_limit)
         if not strategies:
             raise SearchTimeLimit(f"the solver found no plan of least memory within its time "
                                   f"limit of {time_limit:g} s; give the search more time "
@@ -689,10 +710,13 @@ class Search(_Memory):
                     sum_targets=sum_targets)
 
     def _smallest_peak(self, problem: _Milp, memory, points, cuts: list[int],
-                       time_limit: float) -> tuple[float, list[int]]:
+                       time_limit: float) -> tuple[float, list[int], float]:
         """The least peak memory of any plan, by the same cutting planes:
         minimize the peak over the cut points, measure the plan everywhere,
         cut where it overflows, until the measured peak is the minimized one.
+        Returns (the least peak found, its plan, a peak no plan goes under):
+        the last is 0 unless the rounds met and HiGHS proved its plan
+        within its gap, so that a budget under it is proved infeasible.
 
         The rows start linearized around the cheapest plan of any size, so
         that its copies count from the first round, and each plan pays
@@ -701,7 +725,7 @@ class Search(_Memory):
         could (copies free at the rows' points) and Llama-3-8B's least
         memory came out at 434 GiB, its cost 2,000 times the cheapest."""
         cuts = list(cuts)
-        best, best_strategies = math.inf, []
+        best, best_strategies, lower = math.inf, [], 0.0
         deadline = time.perf_counter() + time_limit
         cheapest = self._cheapest(problem, deadline)
         reference, weight = None, 0.0
@@ -717,7 +741,10 @@ class Search(_Memory):
             if best_strategies and time.perf_counter() >= deadline:
                 break
             left = max(1e-9, deadline - time.perf_counter())
-            found = problem.solve(rows, None, left, minimize_peak=True, cost_weight=weight)
+            try:
+                found = problem.solve(rows, None, left, minimize_peak=True, cost_weight=weight)
+            except SearchTimeLimit:   # out of time: the least found so far stands
+                found = None
             if found is None:   # HiGHS gave up on the rows before any plan
                 break
             strategies, bound = found
@@ -725,11 +752,13 @@ class Search(_Memory):
             if peak < best:
                 best, best_strategies = peak, strategies
             if peak <= bound * (1 + 1e-9) or (at in cuts and reference == strategies):
+                if problem.proved:
+                    lower = bound * (1 - BOUNDED_GAP)
                 break
             reference = strategies
             if at not in cuts:
                 cuts.append(at)
-        return best, best_strategies
+        return best, best_strategies, lower
 
     def _cheapest(self, problem: _Milp, deadline: float):
         """The cheapest plan of any size, (strategies, cost), solved once;

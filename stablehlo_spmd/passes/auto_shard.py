@@ -193,6 +193,10 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass,
     except SpmdError as error:   # from compiling a plan to measure it
         diagnostics.error(where, f"spmd-auto-shard: cannot measure a plan's memory: {error}")
         return None
+    if plan.time_limited:
+        diagnostics.warning(where, f"spmd-auto-shard: the solver's time limit of "
+                            f"{options.time_limit:g} s ended the search before it proved its "
+                            "plan the cheapest; another run may find another (raise time-limit)")
     _write_plan(module, graph, mesh, plan)
     if options.explain:
         solver = graph.solver
@@ -492,6 +496,9 @@ def format_table(result: AutoShardResult) -> str:
         f"  search: {plan.build_seconds + plan.solve_seconds:.2f} s ({plan.variables} ILP "
         f"variables, {plan.constraints} constraints; {plan.units} decision units in "
         f"{plan.unit_classes} classes after clustering repeated layers)"]
+    if plan.time_limited:
+        lines.append("  the solver's time limit ended the search before it proved this plan "
+                     "the cheapest")
     if plan.measured_memory is not None:
         lines.append(f"  memory by XLA's analysis of the compiled plan: "
                      f"{format_bytes(plan.measured_memory)} per device ({plan.measured_plans} "
