@@ -82,19 +82,20 @@ converted to f32 for a norm moves at half the f32 price.
 linear in its unit's variables; a value lives from its producer to its last
 consumer in program order (arguments and results: throughout); a contraction
 that cannot read an operand as a matrix holds a transposed copy of it.
-Widths are the target's (`CostModel.float_compute_bytes`): XLA's CPU
-backend computes bf16 in f32, so there a bf16 temporary takes f32's bytes
-and a bf16-result contraction holds an f32 copy of each bf16 parameter it
-reads (one, for forward and backward alike).  Left out: buffers XLA's CPU
-fusions add or remove (a norm's broadcast statistics are held, a causal
-mask is not), about 5% of a Llama layer.  A read in another layout than its value's is a copy, shared by the value's
-later reads in that layout; whether one is live depends on two units'
-choices, so a row charges the last plan's copies to their first readers and
-each read that plan makes in place to its pair variables, which see a source
-moving its layout under a reader (`_memory_row`).  The peak over the program
-is bounded by the budget at the program points where it is largest: the
-search solves, measures every point under the plan, adds the points that
-overflow, and solves again (a cutting-plane loop).
+Widths are the target's (`CostModel.float_compute_bytes`): XLA's CPU backend
+computes bf16 in f32, so there a bf16 temporary takes f32's bytes and a
+bf16-result contraction holds an f32 copy of each bf16 parameter it reads
+(one, for forward and backward alike).  Left out: buffers XLA's CPU fusions
+add or remove (a norm's broadcast statistics are held, a causal mask is
+not), about 8% of a Llama layer.  A read in another layout than its value's
+is a copy, shared by the value's later reads in that layout; whether one is
+live depends on two units' choices, so a row charges the last plan's copies
+to their first readers and each read that plan makes in place to its pair
+variables, which see a source moving its layout under a reader
+(`_memory_row`).  The peak over the program is bounded by the budget at the
+program points where it is largest: the search solves, measures every point
+under the plan, adds the points that overflow, and solves again (a
+cutting-plane loop).
 
 *Repeated layers* (`clustering.py`).  Units whose ops look the same from
 three hops away (Weisfeiler-Lehman hashes over the op graph: op, rule,

@@ -3,10 +3,11 @@
 `_Memory` is the part of `Search` that lists the buffers a plan may hold
 (`_memory_terms`: each value's, at the width the target holds it, and the
 copies contractions make: transposed, or converted to the width a target
-computes 16-bit floats in), writes the bytes live at a program point as a row linear in the
-program's variables (`_memory_row`), and measures a plan's peak (`_peak`)
-with the copies it makes of values read in other layouts (`_copies`).  How
-the rows bound the peak is the package docstring's *Memory*.
+computes 16-bit floats in), writes the bytes live at a program point as a
+row linear in the program's variables (`_memory_row`), and measures a
+plan's peak (`_peak`) with the copies it makes of values read in other
+layouts (`_copies`).  How the rows bound the peak is the package
+docstring's *Memory*.
 """
 
 from __future__ import annotations

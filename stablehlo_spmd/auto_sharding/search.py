@@ -731,11 +731,11 @@ class Search(_Memory):
         reference, weight = None, 0.0
         if cheapest is not None:
             reference = cheapest[0]
-            peak = self._peak(memory, reference, points)[0]
+            peak, at = self._peak(memory, reference, points)
             weight = LEAST_MEMORY_COST_WEIGHT * peak / max(
                 cheapest[1], LEAST_MEMORY_COST_WEIGHT * peak, 1e-30)
             if reference and not cuts:
-                cuts = [self._peak(memory, reference, points)[1]]
+                cuts = [at]
         for _round in range(12):
             rows = [self._memory_row(memory, t, reference) for t in cuts]
             if best_strategies and time.perf_counter() >= deadline:

@@ -290,27 +290,26 @@ def _auto_shard_cli(source, output, budget: str, *more: str) -> subprocess.Compl
                            "-o", str(output)], capture_output=True, text=True)
 
 
-def test_cli_error_is_one_located_line_and_writes_nothing(tmp_path):
+def _assert_cli_refuses(tmp_path, error: str, budget: str, *more: str) -> None:
+    """The MLP through the command: one located error line matching `error`,
+    exit 1, no traceback, no output file."""
     source = tmp_path / "mlp.mlir"
     source.write_text(_mlp_text())
     output = tmp_path / "planned.mlir"
-    run = _auto_shard_cli(source, output, "64KiB")
+    run = _auto_shard_cli(source, output, budget, *more)
     assert run.returncode == 1
     assert "Traceback" not in run.stderr
-    assert re.search(r"mlp.mlir: error: spmd-auto-shard: no plan fits", run.stderr)
+    assert re.search(r"mlp.mlir: error: spmd-auto-shard: " + error, run.stderr)
     assert not output.exists()
+
+
+def test_cli_error_is_one_located_line_and_writes_nothing(tmp_path):
+    _assert_cli_refuses(tmp_path, "no plan fits", "64KiB")
 
 
 def test_cli_time_limit_reaches_the_solver(tmp_path):
-    source = tmp_path / "mlp.mlir"
-    source.write_text(_mlp_text())
-    output = tmp_path / "planned.mlir"
-    run = _auto_shard_cli(source, output, "1MiB", "--time-limit", "1e-9")
-    assert run.returncode == 1
-    assert "Traceback" not in run.stderr
-    assert re.search(r"mlp.mlir: error: spmd-auto-shard: the solver found no plan "
-                     r"within its time limit of 1e-09 s", run.stderr)
-    assert not output.exists()
+    _assert_cli_refuses(tmp_path, "the solver found no plan within its time limit of 1e-09 s",
+                        "1MiB", "--time-limit", "1e-9")
 
 
 def test_cli_prints_the_plan_table(tmp_path):
@@ -823,16 +822,9 @@ def test_an_uneven_pin_is_priced_for_its_own_shape():
 
 
 def test_an_unknown_target_is_refused_alike_by_the_api_and_the_cli(tmp_path):
-    with pytest.raises(ss.SpmdError):
+    with pytest.raises(ss.SpmdError, match="unknown target 'npu'"):
         ss.auto_shard(_mlp_text(), "x=8", target="npu", measure_memory=False)
-    source = tmp_path / "mlp.mlir"
-    source.write_text(_mlp_text())
-    output = tmp_path / "planned.mlir"
-    run = _auto_shard_cli(source, output, "1MiB", "--target", "npu")
-    assert run.returncode == 1
-    assert "Traceback" not in run.stderr
-    assert re.search(r"mlp.mlir: error: spmd-auto-shard: unknown target 'npu'", run.stderr)
-    assert not output.exists()
+    _assert_cli_refuses(tmp_path, "unknown target 'npu'", "1MiB", "--target", "npu")
 
 
 
