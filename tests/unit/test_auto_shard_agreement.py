@@ -135,6 +135,34 @@ def test_a_widened_value_read_by_several_is_moved_narrow():
     assert plan.cost == pytest.approx(emitted)
 
 
+MERGED_SPLIT_READ_TWICE = """
+func.func @main(%arg0: tensor<4x64x32xf32> {mhlo.sharding = "{devices=[1,4,1]<=[4]}"})
+    -> (tensor<256x32xf32>, tensor<256x32xf32>) {
+  %0 = stablehlo.multiply %arg0, %arg0 : tensor<4x64x32xf32>
+  %1 = stablehlo.reshape %0 : (tensor<4x64x32xf32>) -> tensor<256x32xf32>
+  %2 = stablehlo.multiply %1, %1 : tensor<256x32xf32>
+  %3 = stablehlo.add %1, %1 : tensor<256x32xf32>
+  %4 = stablehlo.custom_call @Sharding(%2) {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+      : (tensor<256x32xf32>) -> tensor<256x32xf32>
+  %5 = stablehlo.custom_call @Sharding(%3) {mhlo.sharding = "{devices=[4,1]<=[4]}"}
+      : (tensor<256x32xf32>) -> tensor<256x32xf32>
+  return %4, %5 : tensor<256x32xf32>, tensor<256x32xf32>
+}
+"""
+
+
+def test_a_reshape_that_cannot_run_where_its_operand_is_prices_the_move():
+    """The reshape merges a split minor dim into an unsplit major one, so no
+    layout of its result is its operand's: wherever it runs, its operand
+    moves first (here one all-to-all, sequences to batches: 3/4 of the
+    8 KiB each device holds, 6,144 B), and that move is the plan's price."""
+    with benchmark_module("hlo_collectives") as counter:
+        planned, plan = _planned(MERGED_SPLIT_READ_TWICE, "x=4")
+        emitted = counter.total_bytes(counter.emitted_collectives(ss.partition(planned), 4))
+    assert emitted == 4 * 64 * 32 * 4 // 4 * 3 // 4
+    assert plan.cost == pytest.approx(emitted)
+
+
 BF16_DOTS = """
 func.func @main(%w: tensor<256x256xbf16>, %x: tensor<64x256xbf16>) -> tensor<64x256xbf16> {
   %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0]
