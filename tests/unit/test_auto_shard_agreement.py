@@ -109,6 +109,14 @@ def test_the_memory_estimate_is_near_xlas_analysis(name):
     assert plan.peak_memory == pytest.approx(measured, rel=MEMORY_AGREEMENT)
 
 
+def _estimate_and_emitted(text: str, mesh: str, devices: int) -> tuple[float, float]:
+    """The search's price of its plan for `text`, and the bytes partitioned."""
+    with benchmark_module("hlo_collectives") as counter:
+        planned, plan = _planned(text, mesh)
+        return plan.cost, counter.total_bytes(
+            counter.emitted_collectives(ss.partition(planned), devices))
+
+
 WIDENED_READ_TWICE = """
 func.func @main(%arg0: tensor<256x512xbf16> {mhlo.sharding = "{devices=[8,1]<=[8]}"})
     -> (tensor<256x512xf32>, tensor<256x512xf32>) {
@@ -128,11 +136,9 @@ def test_a_widened_value_read_by_several_is_moved_narrow():
     """Rows in, columns out: the convert runs where its result is wanted, so
     the bf16 argument moves (one all-to-all of 256x512x2 B / 8 per device,
     7/8 of it leaving: 28,672 B), not the f32 value twice its size."""
-    with benchmark_module("hlo_collectives") as counter:
-        planned, plan = _planned(WIDENED_READ_TWICE, "x=8")
-        emitted = counter.total_bytes(counter.emitted_collectives(ss.partition(planned), 8))
+    estimate, emitted = _estimate_and_emitted(WIDENED_READ_TWICE, "x=8", 8)
     assert emitted == 256 * 512 * 2 // 8 * 7 // 8
-    assert plan.cost == pytest.approx(emitted)
+    assert estimate == pytest.approx(emitted)
 
 
 MERGED_SPLIT_READ_TWICE = """
@@ -156,11 +162,9 @@ def test_a_reshape_that_cannot_run_where_its_operand_is_prices_the_move():
     layout of its result is its operand's: wherever it runs, its operand
     moves first (here one all-to-all, sequences to batches: 3/4 of the
     8 KiB each device holds, 6,144 B), and that move is the plan's price."""
-    with benchmark_module("hlo_collectives") as counter:
-        planned, plan = _planned(MERGED_SPLIT_READ_TWICE, "x=4")
-        emitted = counter.total_bytes(counter.emitted_collectives(ss.partition(planned), 4))
+    estimate, emitted = _estimate_and_emitted(MERGED_SPLIT_READ_TWICE, "x=4", 4)
     assert emitted == 4 * 64 * 32 * 4 // 4 * 3 // 4
-    assert plan.cost == pytest.approx(emitted)
+    assert estimate == pytest.approx(emitted)
 
 
 BF16_DOTS = """
