@@ -785,6 +785,7 @@ class Search(_Memory):
         graph = self.graph
         layouts: list[Sharding | None] = [None] * len(graph.shapes)
         why = [""] * len(graph.shapes)
+        sum_targets: dict[int, Sharding] = {}
         sharing = collections.Counter(self.variable_classes)
         for value, unit, options in self._choices(range(len(graph.shapes))):
             layouts[value] = options[strategies[unit]]
@@ -818,6 +819,18 @@ class Search(_Memory):
             for value, partial in zip(graph.nodes[index].results, strategy.unsummed):
                 if partial is not None:
                     layouts[value] = partial   # summed where it crosses into its tied values
+            for position, partial in enumerate(strategy.finished):
+                value = graph.nodes[index].results[position]
+                if partial is None or self.class_size[self.root[value]] > 1 or \
+                        self.root[value] in self.pinned_roots or \
+                        layouts[value] is not strategy.results[position]:
+                    continue
+                # Written Partial and summed at once: the partitioner would
+                # otherwise pick its own way to make the summed result, one
+                # the search may have turned down for the memory it holds.
+                layouts[value] = partial
+                sum_targets[value] = strategy.results[position]
+                why[value] += f"; written Partial and summed at once into {sum_targets[value]}"
         for value, (node_index, position) in self.free_sources.items():
             unit = self.unit_of_node.get(node_index, -1)
             if unit >= 0:
@@ -825,7 +838,6 @@ class Search(_Memory):
             else:
                 layouts[value] = self.layouts.get(((),) * len(graph.shapes[value]))
             why[value] = "built from scalars: laid out as its one consumer reads it"
-        sum_targets = {}
         for root in self.shared_reads:
             (node_index, position), = self.producers[root]
             unit = self.unit_of_node[node_index]

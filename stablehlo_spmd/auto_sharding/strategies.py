@@ -33,6 +33,10 @@ class Strategy:
     # Per result: the Partial layout it is written in when its class (the
     # values it is tied to) holds the sum; the sum is made at the boundary.
     unsummed: tuple[Sharding | None, ...] = ()
+    # Per result: the Partial layout a sum finished inside the op starts
+    # from; the plan writes it so, with the sum, so that the partitioner
+    # sums where the search priced it (`Search._write`).
+    finished: tuple[Sharding | None, ...] = ()
 
 
 class _Layouts:
@@ -137,6 +141,7 @@ class _Strategies:
         kind = rule.reduction if born else "sum"
         cost = 0.0
         results = []
+        finished = []
         for tensor in rule.results:
             try:
                 layout = self._tensor_layout(rule, tensor, assignment, pending, kind or "sum")
@@ -144,13 +149,17 @@ class _Strategies:
                 return None
             if layout is None:
                 return None
+            partial = None
             if pending and (finish or kind != "sum"):
                 summed = self.layouts.get(layout.dim_axes)
                 cost += self.reshard_cost(layout, summed, tensor, rule)
+                partial = layout if finish and kind == "sum" else None
                 layout = summed
             results.append(layout)
+            finished.append(partial)
         label = _describe(rule, assignment, carried, finish)
-        return Strategy(tuple(operands), tuple(results), cost, label)
+        return Strategy(tuple(operands), tuple(results), cost, label,
+                        finished=tuple(finished) if any(finished) else ())
 
     def anchor(self, rule: OpRule) -> list[Strategy]:
         found = self._anchors.get(rule)

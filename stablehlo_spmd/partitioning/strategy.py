@@ -157,6 +157,13 @@ def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
         plan = plan_from_axes(p, op, rule, wanted, factor_axes(
             p, op, rule, wanted, reduction_first, operands_first))
         candidates.append((plan_reshard_bytes(p, op, plan), plan))
+    if rule.reduction == "sum" and any(s is not None and s.unreduced for s in wanted):
+        # Or making the Partial the result is wanted in, from operands that
+        # hold none: spmd-auto-shard's plan of a contraction that sums once,
+        # after it, where gathering what it contracts would hold more.
+        plan = plan_from_axes(p, op, rule, wanted, factor_axes(
+            p, op, rule, wanted, partial_first=True))
+        candidates.append((plan_reshard_bytes(p, op, plan), plan))
     if FactorKind.REDUCTION in rule.factor_kinds:
         # A contraction may also run with one axis on a factor neither side
         # splits (a weight's free dim, say): moving a small weight and
@@ -204,7 +211,8 @@ RULE_DRIVEN = Strategy(_cheapest_rule_plan, _emit_by_rule, local=True)
 
 
 def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: list[Sharding],
-                reduction_first: bool = False, operands_first: bool = False) -> list[tuple]:
+                reduction_first: bool = False, operands_first: bool = False,
+                partial_first: bool = False) -> list[tuple]:
     """The mesh axes each factor runs over in the per-device op.
 
     Each factor takes the axes the op's result sharding gives it (REDUCTION
@@ -213,7 +221,8 @@ def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: lis
     the padding matters, get none: their data is gathered first.  With
     `operands_first`, each factor takes the axes the operands have instead
     (the op runs where its operands are), and the result's only for the
-    factors no operand splits.
+    factors no operand splits.  With `partial_first`, a sum's REDUCTION
+    factor takes the axes its result is wanted Partial over.
     """
     mesh = p.mesh
     axes: list[tuple] = [()] * rule.num_factors
@@ -227,6 +236,22 @@ def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: lis
     for factor, dealt in dealt_axes(p, rule, wanted, rule.results):
         if not assigned[factor]:
             axes[factor], assigned[factor] = dealt, True
+    if partial_first:
+        # A result wanted Partial over some axes is the sum over them left
+        # unmade: a contracted factor runs over them, wherever the operands
+        # are.  (A Partial an operand carries in flows through instead.)
+        carried = {a for v in op.operands for a in getattr(p.shardings.get(v), "unreduced", ())}
+        partial = tuple(a for a in next((s.unreduced for s in wanted
+                                         if s is not None and s.unreduced), ())
+                        if a not in carried)
+        # The factor an operand already splits over them, else the first
+        # they divide.
+        held = {f for f, dealt in operand_axes if set(partial) <= set(dealt)}
+        fits = [f for f, kind in enumerate(rule.factor_kinds)
+                if partial and kind is FactorKind.REDUCTION and not assigned[f]
+                and rule.factor_sizes[f] % mesh.axes_size(partial) == 0]
+        for factor in sorted(fits, key=lambda f: f not in held)[:1]:
+            axes[factor], assigned[factor] = tuple(partial), True
     for factor, dealt in operand_axes:
         if not assigned[factor] and rule.factor_kinds[factor] is FactorKind.REDUCTION:
             axes[factor], assigned[factor] = dealt, True

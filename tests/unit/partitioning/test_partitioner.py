@@ -277,6 +277,33 @@ def test_a_partial_operand_is_summed_before_a_contraction_splits_it_over_the_sam
                      [(8, 16), (16, 4), (4, 8)])
 
 
+PARTIAL_FROM_UNSPLIT_OPERANDS = """
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @main(%a: tensor<16x64xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                  %b: tensor<64x32xf32> {mhlo.sharding = "{replicated}"})
+      -> (tensor<16x32xf32> {mhlo.sharding = "{replicated}"}) {
+    %p = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
+      : (tensor<16x64xf32>, tensor<64x32xf32>) -> tensor<16x32xf32>
+    return %p : tensor<16x32xf32>
+  }
+}
+"""
+
+
+def test_a_result_wanted_partial_splits_the_contraction_over_its_axes():
+    # p is wanted Partial over x, and neither operand holds a partial: the
+    # contraction runs split over x (a's rows become columns, b is sliced)
+    # and the sum is made once, at the result, as asked; not by gathering a
+    # and computing the sum whole, a layout spmd-auto-shard's plan may have
+    # turned down for the memory it holds.
+    partitioned, counts = _run_and_compare(
+        PARTIAL_FROM_UNSPLIT_OPERANDS, "builtin.module(spmd-partition)", [(16, 64), (64, 32)])
+    assert counts == {"all_reduce": 1, "all_gather": 0, "reduce_scatter": 0, "all_to_all": 1,
+                      "collective_permute": 0}
+    assert re.search(r"stablehlo\.dot_general .*\(tensor<16x16xf32>, tensor<16x32xf32>\)",
+                     partitioned)
+
+
 PRODUCT_OF_TWO_PARTIALS = """
 module attributes {spmd.mesh = #sdy.mesh<["x"=2]>} {
   func.func @main(%a: tensor<8x16xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"},
