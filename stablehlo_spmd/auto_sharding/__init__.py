@@ -76,7 +76,13 @@ moved, whichever moves less (`Search._follower_read`,
 partitioner makes again rather than moves (`op_rules.REMADE_NOT_MOVED`: a
 widening convert, a reshape) is priced at the cheaper of the two
 (`Search.cost`).  At real widths these decide plans: a bf16 residual
-converted to f32 for a norm moves at half the f32 price.
+converted to f32 for a norm moves at half the f32 price.  Where the search
+leaves the partitioner no choice, the plan says what it chose: a
+contraction whose sum the search makes inside it is written Partial, with
+its sum (`Plan.sum_targets`), since the partitioner, left to itself, may
+gather the operands instead and compute each block whole, which moves less
+but holds what the search turned down for the memory budget (Mixtral's
+expert matmuls at 60 GiB).
 
 *Memory* (`memory.py`, `Search.solve`).  Each value's bytes per device is
 linear in its unit's variables; a value lives from its producer to its last

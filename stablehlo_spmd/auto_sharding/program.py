@@ -224,14 +224,9 @@ class _Milp:
         # The program gains little from HiGHS's presolve, and with it HiGHS
         # restarts its root each time reduced-cost fixing frees columns: off,
         # the real models' solves took a quarter less time, to the same plans.
-        point = None
-        if start is not None:
-            point = self._point(start, n)
-            if minimize_peak and rows:
-                # The start's peak: the largest of its rows, each read at the start.
-                point[-1] = max(0.0, float(np.max(matrix[base.shape[0]:] @ point)))
         x, status = self._highs_milp(objective, matrix, col_lower, col_upper, lower, upper,
-                                     self.n_choice, time_limit, False, gap, point)
+                                     self.n_choice, time_limit, False, gap,
+                                     None if start is None else self._point(start, n))
         if x is None:
             if status == _INFEASIBLE:
                 return None
