@@ -93,10 +93,16 @@ computes bf16 in f32, so there a bf16 temporary takes f32's bytes and a
 bf16-result contraction holds an f32 copy of each bf16 parameter it reads
 (one, for forward and backward alike).  Left out: buffers XLA's CPU fusions
 add or remove (a norm's broadcast statistics are held, a causal mask is
-not), about 8% of a Llama layer.  A read in another layout than its value's
-is a copy, shared by the value's later reads in that layout; whether one is
-live depends on two units' choices, so a row charges the last plan's copies
-to their first readers and each read that plan makes in place to its pair
+not), about 8% of a Llama layer; and XLA makes a cheap op that several ops
+read (a convert, a transpose, a reshard's slice) again inside each of them,
+so that the buffer held is the operand it starts from (Mixtral's expert
+product at 60 GiB: its whole summed bf16 block, 896 MiB a layer, held for
+the backward, where the search holds the f32 slice it converts to, 224 MiB;
+XLA's analysis 100 GiB against the estimate's 59).  A read in another
+layout than its value's is a copy, shared by the value's later reads in
+that layout; whether one is live depends on two units' choices, so a row
+charges the last plan's copies to their first readers and each read that
+plan makes in place to its pair
 variables, which see a source moving its layout under a reader
 (`_memory_row`).  The peak over the program is bounded by the budget at the
 program points where it is largest: the search solves, measures every point
