@@ -59,6 +59,11 @@ MHLO_SHARDING = "mhlo.sharding"
 # with several results the notes of its results are joined by ";".
 OPEN_DIMS = "spmd.open_dims"
 PRIORITIES = "spmd.priorities"
+# On an op whose result a plan of spmd-auto-shard's writes Partial and sums
+# after it: the op makes that Partial itself (a contraction split over the
+# Partial's axes), wherever its operands are, rather than the partitioner
+# choosing its own way to the sum (which may hold what the plan turned down).
+PARTIAL_MADE_HERE = "spmd.partial_made_here"
 
 
 @dataclasses.dataclass(frozen=True)

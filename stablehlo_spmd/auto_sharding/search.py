@@ -707,12 +707,12 @@ class Search(_Memory):
     def _plan(self, strategies: list[int], objective: float, points, started: float) -> Plan:
         problem, memory, _ = self._problem()
         peak, _ = self._peak(memory, strategies, points)
-        layouts, why, sum_targets = self._write(strategies)
+        layouts, why, sum_targets, made_here = self._write(strategies)
         solve_seconds = time.perf_counter() - started
         return Plan(layouts, why, objective, peak, solve_seconds, self.build_seconds,
                     problem.variables, problem.constraints, len(self.units),
                     len(set(self.variable_classes)), bool(self.cost_model.bandwidths),
-                    sum_targets=sum_targets)
+                    sum_targets=sum_targets, partial_made_here=made_here)
 
     def _smallest_peak(self, problem: _Milp, memory, points, cuts: list[int],
                        time_limit: float) -> tuple[float, list[int], float]:
@@ -787,6 +787,7 @@ class Search(_Memory):
         layouts: list[Sharding | None] = [None] * len(graph.shapes)
         why = [""] * len(graph.shapes)
         sum_targets: dict[int, Sharding] = {}
+        made_here: set[int] = set()
         sharing = collections.Counter(self.variable_classes)
         for value, unit, options in self._choices(range(len(graph.shapes))):
             layouts[value] = options[strategies[unit]]
@@ -831,6 +832,7 @@ class Search(_Memory):
                 # the search may have turned down for the memory it holds.
                 layouts[value] = partial
                 sum_targets[value] = strategy.results[position]
+                made_here.add(value)
                 why[value] += f"; written Partial and summed at once into {sum_targets[value]}"
         for value, (node_index, position) in self.free_sources.items():
             unit = self.unit_of_node.get(node_index, -1)
@@ -848,4 +850,4 @@ class Search(_Memory):
                 layouts[root] = written
                 sum_targets[root] = kept
                 why[root] += f"; written Partial and summed once into {kept} for its readers"
-        return layouts, why, sum_targets
+        return layouts, why, sum_targets, frozenset(made_here)

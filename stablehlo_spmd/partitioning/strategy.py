@@ -41,6 +41,7 @@ from jaxlib.mlir import ir
 
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.errors import ShardingError
+from stablehlo_spmd.module_shardings import PARTIAL_MADE_HERE
 from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
 from stablehlo_spmd.partitioning.context import PartitionContext
 from stablehlo_spmd.reshard import plan as plan_reshard, plan_cost
@@ -139,8 +140,9 @@ def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     # An operand made from constants alone costs nothing to read in any
     # layout (`Partitioner.move_bytes`), so which operands are is part of
     # the question too.
+    made_here = PARTIAL_MADE_HERE in op.attributes
     key = (id(rule), tuple(wanted), tuple(p.shardings.get(v) for v in op.operands),
-           tuple(p.made_from_constants(v) for v in op.operands))
+           tuple(p.made_from_constants(v) for v in op.operands), made_here)
     known = p.rule_plans.get(key)
     if known is not None:
         return known[1]
@@ -157,13 +159,18 @@ def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
         plan = plan_from_axes(p, op, rule, wanted, factor_axes(
             p, op, rule, wanted, reduction_first, operands_first))
         candidates.append((plan_reshard_bytes(p, op, plan), plan))
-    if rule.reduction == "sum" and any(s is not None and s.unreduced for s in wanted):
-        # Or making the Partial the result is wanted in, from operands that
-        # hold none: spmd-auto-shard's plan of a contraction that sums once,
-        # after it, where gathering what it contracts would hold more.
+    if made_here and rule.reduction == "sum" and any(
+            s is not None and s.unreduced for s in wanted):
+        # The plan's own way: the Partial the result is wanted in, made
+        # here from operands that hold none (spmd-auto-shard's contraction
+        # that sums once, after it, where gathering what it contracts would
+        # hold more than the budget allows).  Only where the plan says so:
+        # chosen by the bytes around the op alone, it ignores the sum after
+        # it, and on propagation's plans it held more (Mixtral's hand plans:
+        # 80 -> 95 GiB per device).
         plan = plan_from_axes(p, op, rule, wanted, factor_axes(
             p, op, rule, wanted, partial_first=True))
-        candidates.append((plan_reshard_bytes(p, op, plan), plan))
+        return _remembered(p, key, rule, plan)
     if FactorKind.REDUCTION in rule.factor_kinds:
         # A contraction may also run with one axis on a factor neither side
         # splits (a weight's free dim, say): moving a small weight and
@@ -174,7 +181,10 @@ def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
         for axes in _one_axis_moved(p, rule, candidates[0][1].axes, pending):
             plan = plan_from_axes(p, op, rule, wanted, axes)
             candidates.append((plan_reshard_bytes(p, op, plan), plan))
-    plan = min(candidates, key=lambda c: c[0])[1]
+    return _remembered(p, key, rule, min(candidates, key=lambda c: c[0])[1])
+
+
+def _remembered(p: PartitionContext, key, rule: OpRule, plan: Plan) -> Plan:
     p.rule_plans[key] = (rule, plan)
     return plan
 
@@ -245,13 +255,14 @@ def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: lis
                                          if s is not None and s.unreduced), ())
                         if a not in carried)
         # The factor an operand already splits over them, else the first
-        # they divide.
-        held = {f for f, dealt in operand_axes if set(partial) <= set(dealt)}
+        # they divide; in an operand's order of them, where one holds them
+        # all (a Partial's axes have no order, a split's do).
+        held = {f: dealt for f, dealt in operand_axes if set(dealt) == set(partial)}
         fits = [f for f, kind in enumerate(rule.factor_kinds)
                 if partial and kind is FactorKind.REDUCTION and not assigned[f]
                 and rule.factor_sizes[f] % mesh.axes_size(partial) == 0]
         for factor in sorted(fits, key=lambda f: f not in held)[:1]:
-            axes[factor], assigned[factor] = tuple(partial), True
+            axes[factor], assigned[factor] = tuple(held.get(factor, partial)), True
     for factor, dealt in operand_axes:
         if not assigned[factor] and rule.factor_kinds[factor] is FactorKind.REDUCTION:
             axes[factor], assigned[factor] = dealt, True

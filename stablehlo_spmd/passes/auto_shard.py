@@ -57,7 +57,7 @@ from stablehlo_spmd.auto_sharding import (
 from stablehlo_spmd.errors import ShardingError, SpmdError
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    checked_mesh, import_shardy, untuple_custom_calls)
+    PARTIAL_MADE_HERE, checked_mesh, import_shardy, untuple_custom_calls)
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.passes.propagate import ModuleGraph
 from stablehlo_spmd.op_graph import NO_VALUE
@@ -237,6 +237,9 @@ def _write_plan(module: ir.Operation, graph: ModuleGraph, mesh: Mesh, plan: Plan
                                           state.reserved)
     graph.sum_targets = plan.sum_targets
     graph.write(module, mesh, False, False)
+    for value, index in graph.ids.items():
+        if index in plan.partial_made_here and isinstance(value, ir.OpResult):
+            value.owner.attributes[PARTIAL_MADE_HERE] = ir.UnitAttr.get()
 
 
 def _planned_text(pristine: str, context: ir.Context, mesh: Mesh, plan: Plan) -> str:

@@ -15,6 +15,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import stablehlo_spmd as ss
 from stablehlo_spmd.frontends.jax import load_object
@@ -282,7 +283,8 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
   func.func @main(%a: tensor<16x64xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
                   %b: tensor<64x32xf32> {mhlo.sharding = "{replicated}"})
       -> (tensor<16x32xf32> {mhlo.sharding = "{replicated}"}) {
-    %p = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
+    %p = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0]
+      {mhlo.sharding = "{unreduced}", spmd.partial_made_here}
       : (tensor<16x64xf32>, tensor<64x32xf32>) -> tensor<16x32xf32>
     return %p : tensor<16x32xf32>
   }
@@ -290,18 +292,27 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 """
 
 
-def test_a_result_wanted_partial_splits_the_contraction_over_its_axes():
-    # p is wanted Partial over x, and neither operand holds a partial: the
-    # contraction runs split over x (a's rows become columns, b is sliced)
-    # and the sum is made once, at the result, as asked; not by gathering a
-    # and computing the sum whole, a layout spmd-auto-shard's plan may have
-    # turned down for the memory it holds.
+@pytest.mark.parametrize("made_here, expected", [
+    # The plan says the op makes its Partial: the contraction runs split
+    # over x (a's rows become columns, b is sliced) and the sum is made
+    # once, at the result; not by gathering a and computing the sum whole,
+    # a layout spmd-auto-shard's plan may have turned down for the memory
+    # it holds.
+    (True, {"all_reduce": 1, "all_to_all": 1, "contracted": 16}),
+    # Left to itself, the partitioner moves the least around the op: a's
+    # rows as they are, the sum whole on each, and the result gathered.
+    (False, {"all_gather": 1, "contracted": 64}),
+])
+def test_a_result_the_plan_makes_partial_splits_the_contraction_over_its_axes(
+        made_here, expected):
+    text = PARTIAL_FROM_UNSPLIT_OPERANDS if made_here else \
+        PARTIAL_FROM_UNSPLIT_OPERANDS.replace(", spmd.partial_made_here", "")
     partitioned, counts = _run_and_compare(
-        PARTIAL_FROM_UNSPLIT_OPERANDS, "builtin.module(spmd-partition)", [(16, 64), (64, 32)])
-    assert counts == {"all_reduce": 1, "all_gather": 0, "reduce_scatter": 0, "all_to_all": 1,
-                      "collective_permute": 0}
-    assert re.search(r"stablehlo\.dot_general .*\(tensor<16x16xf32>, tensor<16x32xf32>\)",
-                     partitioned)
+        text, "builtin.module(spmd-partition)", [(16, 64), (64, 32)])
+    contracted = expected.pop("contracted")
+    assert {kind: n for kind, n in counts.items() if n} == expected
+    assert re.search(rf"stablehlo\.dot_general .*\(tensor<\d+x{contracted}xf32>, "
+                     rf"tensor<{contracted}x32xf32>\)", partitioned)
 
 
 PRODUCT_OF_TWO_PARTIALS = """
