@@ -165,9 +165,8 @@ def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
         # here from operands that hold none (spmd-auto-shard's contraction
         # that sums once, after it, where gathering what it contracts would
         # hold more than the budget allows).  Only where the plan says so:
-        # chosen by the bytes around the op alone, it ignores the sum after
-        # it, and on propagation's plans it held more (Mixtral's hand plans:
-        # 80 -> 95 GiB per device).
+        # chosen by the bytes around the op alone, it would ignore the sum
+        # after it, on every plan.
         plan = plan_from_axes(p, op, rule, wanted, factor_axes(
             p, op, rule, wanted, partial_first=True))
         return _remembered(p, key, rule, plan)
