@@ -102,12 +102,11 @@ XLA's analysis 100 GiB against the estimate's 59).  A read in another
 layout than its value's is a copy, shared by the value's later reads in
 that layout; whether one is live depends on two units' choices, so a row
 charges the last plan's copies to their first readers and each read that
-plan makes in place to its pair
-variables, which see a source moving its layout under a reader
-(`_memory_row`).  The peak over the program is bounded by the budget at the
-program points where it is largest: the search solves, measures every point
-under the plan, adds the points that overflow, and solves again (a
-cutting-plane loop).
+plan makes in place to its pair variables, which see a source moving its
+layout under a reader (`_memory_row`).  The peak over the program is
+bounded by the budget at the program points where it is largest: the
+search solves, measures every point under the plan, adds the points that
+overflow, and solves again (a cutting-plane loop).
 
 *Repeated layers* (`clustering.py`).  Units whose ops look the same from
 three hops away (Weisfeiler-Lehman hashes over the op graph: op, rule,

@@ -146,6 +146,17 @@ def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     known = p.rule_plans.get(key)
     if known is not None:
         return known[1]
+    if made_here and rule.reduction == "sum" and any(
+            s is not None and s.unreduced for s in wanted):
+        # The plan's own way: the Partial the result is wanted in, made
+        # here from operands that hold none (spmd-auto-shard's contraction
+        # that sums once, after it, where gathering what it contracts would
+        # hold more than the budget allows).  Only where the plan says so:
+        # chosen by the bytes around the op alone, it would ignore the sum
+        # after it, on every plan.
+        plan = plan_from_axes(p, op, rule, wanted, factor_axes(
+            p, op, rule, wanted, partial_first=True))
+        return _remembered(p, key, rule, plan)
     # Where the result wants its factors (the reductions after them, or
     # before), or where the operands have them: the op then runs in place
     # and its (often smaller) result moves, as XLA's partitioner does when
@@ -159,17 +170,6 @@ def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
         plan = plan_from_axes(p, op, rule, wanted, factor_axes(
             p, op, rule, wanted, reduction_first, operands_first))
         candidates.append((plan_reshard_bytes(p, op, plan), plan))
-    if made_here and rule.reduction == "sum" and any(
-            s is not None and s.unreduced for s in wanted):
-        # The plan's own way: the Partial the result is wanted in, made
-        # here from operands that hold none (spmd-auto-shard's contraction
-        # that sums once, after it, where gathering what it contracts would
-        # hold more than the budget allows).  Only where the plan says so:
-        # chosen by the bytes around the op alone, it would ignore the sum
-        # after it, on every plan.
-        plan = plan_from_axes(p, op, rule, wanted, factor_axes(
-            p, op, rule, wanted, partial_first=True))
-        return _remembered(p, key, rule, plan)
     if FactorKind.REDUCTION in rule.factor_kinds:
         # A contraction may also run with one axis on a factor neither side
         # splits (a weight's free dim, say): moving a small weight and
