@@ -106,7 +106,12 @@ plan makes in place to its pair variables, which see a source moving its
 layout under a reader (`_memory_row`).  The peak over the program is
 bounded by the budget at the program points where it is largest: the
 search solves, measures every point under the plan, adds the points that
-overflow, and solves again (a cutting-plane loop).
+overflow, and solves again (a cutting-plane loop).  Before any of that, the
+memory floor (`_Memory._floor`): at each point, each unit's fewest bytes
+over its strategies, summed; no plan holds less at its fullest point, so a
+budget under the floor is refused at once, with the floor and the cheapest
+plan's peak (Llama-3-70B on 256 devices: 107 GiB, where the 0-1 program had
+searched its whole time limit for a plan under 80).
 
 *Repeated layers* (`clustering.py`).  Units whose ops look the same from
 three hops away (Weisfeiler-Lehman hashes over the op graph: op, rule,

@@ -314,6 +314,30 @@ class _Memory:
                     span[3] = 0
                 yield value, tuple(span)
 
+    def _floor(self, memory) -> float:
+        """Bytes per device no plan goes under: at each program point, the
+        sum over units of the fewest bytes any of a unit's strategies holds
+        there, and the largest such sum over the points.  A plan holds at
+        least its units' bytes at every point (its copies of values read in
+        other layouts only add), and no plan does better than each unit's
+        least at once, so a budget under the floor is one no plan fits; the
+        0-1 program need not be asked."""
+        events: dict[int, list] = collections.defaultdict(list)
+        for _value, unit, per_device, born, last in memory:
+            events[born].append((unit, per_device))
+            events[last + 1].append((unit, -per_device))
+        held: dict[int, np.ndarray] = {}
+        least: dict[int, float] = {}
+        total = floor = 0.0
+        for point in sorted(events):
+            for unit, change in events[point]:
+                bytes_held = held[unit] = held[unit] + change if unit in held else change
+                fewest = max(0.0, float(bytes_held.min()))
+                total += fewest - least.get(unit, 0.0)
+                least[unit] = fewest
+            floor = max(floor, total)
+        return floor
+
     def _peak(self, memory, strategies: list[int], points: list[int]) -> tuple[float, int]:
         delta = collections.defaultdict(float)
         for _value, unit, per_device, born, last in memory:

@@ -122,6 +122,45 @@ def test_infeasible_budget_names_the_smallest_feasible_one():
     assert "mhlo.sharding" in planned
 
 
+_DOT_TANH = """
+func.func @main(%x: tensor<1024x256xf32>, %w: tensor<256x256xf32>) -> tensor<1024x256xf32> {
+  %y = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0]
+      : (tensor<1024x256xf32>, tensor<256x256xf32>) -> tensor<1024x256xf32>
+  %z = stablehlo.tanh %y : tensor<1024x256xf32>
+  return %z : tensor<1024x256xf32>
+}
+"""
+
+
+def test_a_budget_under_the_memory_floor_is_refused_without_the_0_1_program(monkeypatch):
+    """At its fullest point (the tanh) a plan on 8 devices holds at least an
+    eighth of x (128 KiB), of w (32 KiB), of the dot's result y (128 KiB)
+    and of z (128 KiB): 416 KiB, whatever layouts it picks.  A budget under
+    that is refused at once, naming the floor, and the budget it names is
+    one a plan fits; no 0-1 program bounded by the budget is solved."""
+    bounded = []
+    solve = _Milp.solve
+
+    def recording(self, rows, budget, time_limit, minimize_peak=False, **more):
+        bounded.append(bool(rows) or budget is not None or minimize_peak)
+        return solve(self, rows, budget, time_limit, minimize_peak=minimize_peak, **more)
+
+    monkeypatch.setattr(_Milp, "solve", recording)
+    floor = (1024 * 256 * 4 * 3 + 256 * 256 * 4) // 8
+    with pytest.raises(SpmdError) as caught:
+        ss.auto_shard(_DOT_TANH, "x=8", memory_budget=floor - 1024, measure_memory=False)
+    message = str(caught.value)
+    assert f"every plan holds at least {floor // 1024}.00 KiB" in message
+    assert not any(bounded)
+    smallest = int(re.search(r"\((\d+) bytes\)", message).group(1))
+    assert smallest >= floor
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        planned = ss.auto_shard(_DOT_TANH, "x=8", memory_budget=smallest,
+                                measure_memory=False)
+    assert "mhlo.sharding" in planned
+
+
 def test_a_least_memory_the_solver_gives_up_on_is_still_a_located_error(monkeypatch):
     """Where HiGHS returns no plan for the least-memory question either (out of
     time on a 70B model's rows), the user still gets the budget's error, not
