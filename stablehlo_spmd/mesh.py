@@ -22,6 +22,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from stablehlo_spmd.errors import MeshError
+from stablehlo_spmd.kept_hash import kept_hash, state_without_hash
 
 _AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A part of an axis split at Shardy's sub-axes: "x:(2)4" is the axis of 4
@@ -36,6 +37,9 @@ class Mesh:
     device_ids: tuple[int, ...]
     mesh_shape: tuple[int, ...]
     axis_names: tuple[str, ...] | None = None
+
+    __hash__ = kept_hash
+    __getstate__ = state_without_hash
 
     def __post_init__(self):
         # Accept numpy arrays and lists the way PyTorch/XLA does, but store tuples

@@ -136,14 +136,16 @@ class Step:
 
 
 def plan(source: Sharding, target: Sharding, shape: Sequence[int], element_bytes: int,
-         warn_bytes: float = DEFAULT_WARN_BYTES) -> list[Step]:
+         warn_bytes: float = DEFAULT_WARN_BYTES, with_pairs: bool = True) -> list[Step]:
     """The cheapest list of steps turning `source` into `target` for a tensor of `shape`.
 
     Raises `ReshardError` when no plan exists: different meshes, manual
     axes that the target does not keep, a maximal sharding on one side
     only, or a target with unreduced axes (or another reduction) that the
     source does not have.  Plans are cached by their arguments (shardings
-    are values).
+    are values).  Without `with_pairs` a collective_permute's device pairs
+    are left out: a price needs only its bytes, and pairing 1024 devices
+    is most of what planning a permute costs.
     """
     shape = tuple(int(n) for n in shape)
     if target.manual and not source.manual:
@@ -152,12 +154,13 @@ def plan(source: Sharding, target: Sharding, shape: Sequence[int], element_bytes
         # layout, its manual axes holding it whole (XLA broadcasts a
         # non-manual operand into a manual region the same way).
         free = dataclasses.replace(target, manual=())
-        steps = plan(source, free, shape, element_bytes, warn_bytes)
+        steps = plan(source, free, shape, element_bytes, warn_bytes, with_pairs)
         return steps[:-1] + [dataclasses.replace(steps[-1], result=target)] if steps else []
     _check_plannable(source, target, shape)
     if source.is_maximal or target.is_maximal:
         return _owner_plan(source, target, shape, int(element_bytes), float(warn_bytes))
-    return list(_plan_cached(source, target, shape, int(element_bytes), float(warn_bytes)))
+    return list(_plan_cached(source, target, shape, int(element_bytes), float(warn_bytes),
+                             with_pairs))
 
 
 def _owner_plan(source: Sharding, target: Sharding, shape: tuple[int, ...],
@@ -278,7 +281,7 @@ class _Move(NamedTuple):
 
 @functools.lru_cache(maxsize=4096)
 def _plan_cached(source: Sharding, target: Sharding, shape: tuple[int, ...],
-                 element_bytes: int, warn_bytes: float) -> tuple[Step, ...]:
+                 element_bytes: int, warn_bytes: float, with_pairs: bool) -> tuple[Step, ...]:
     problem = _Problem(source, target, shape, element_bytes)
     moves = problem.cheapest_path()
     steps, before = [], problem.start
@@ -288,7 +291,7 @@ def _plan_cached(source: Sharding, target: Sharding, shape: tuple[int, ...],
         step = dataclasses.replace(move.step, result=result)
         if not last and all(not axes for axes in move.after.dims):
             step = dataclasses.replace(step, replicates_fully=problem.global_bytes > warn_bytes)
-        if step.kind == "collective_permute":  # device pairs only for the chosen permutes
+        if step.kind == "collective_permute" and with_pairs:  # only for the chosen permutes
             step = dataclasses.replace(step, pairs=problem.permutation(before, move.after))
         steps.append(step)
         before = move.after

@@ -21,11 +21,13 @@ refuses anything but sum rather than silently mislabel it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Iterable, Sequence
 
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.hlo_sharding import HloSharding, TileAssignment
+from stablehlo_spmd.kept_hash import kept_hash, state_without_hash
 from stablehlo_spmd.mesh import (
     Mesh, axis_runs, parse_sub_axis, sdy_mesh_axes, split_axes, sub_axis_name)
 from stablehlo_spmd.tile_axes import block_axes, tile_dim_axes
@@ -44,6 +46,9 @@ class Sharding:
     manual: tuple[str, ...] = ()
     maximal_device: int | None = None
     open_dims: frozenset[int] = frozenset()
+
+    __hash__ = kept_hash
+    __getstate__ = state_without_hash
 
     def __post_init__(self):
         object.__setattr__(self, "dim_axes", tuple(tuple(a) for a in self.dim_axes))
@@ -202,6 +207,13 @@ class Sharding:
 
     def num_shards(self, dim: int) -> int:
         return self.mesh.axes_size(self.dim_axes[dim])
+
+    @functools.cached_property
+    def tile_count(self) -> int:
+        """The blocks the tensor is split into: the product of the sizes of
+        the axes splitting its dims (a device holds one; kept, since the
+        search asks it of each layout many times)."""
+        return math.prod(self.num_shards(d) for d in range(self.rank))
 
     def shard_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
         """Per-device shape; uneven dimensions round up, as GSPMD pads them."""

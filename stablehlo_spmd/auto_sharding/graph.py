@@ -28,7 +28,9 @@ class SearchTimeLimit(SpmdError):
 
 
 class InfeasibleBudget(SpmdError):
-    """No plan fits the memory budget; `smallest` is the least peak found."""
+    """No plan fits the memory budget; `smallest` is the least peak found,
+    or, where the memory floor refused the budget before any plan was
+    solved, the floor (no plan holds less)."""
 
     def __init__(self, message: str, smallest: float):
         super().__init__(message)
@@ -187,7 +189,8 @@ class Pricer:
             parts = self._plans.get(like)
             if parts is None or not size:
                 try:
-                    fixed, moved = self.cost_model.parts(plan(source, target, shape, element_bytes))
+                    fixed, moved = self.cost_model.parts(
+                        plan(source, target, shape, element_bytes, with_pairs=False))
                     parts = (fixed, moved / size if size else 0.0)
                 except ReshardError:
                     parts = (math.inf, 0.0)

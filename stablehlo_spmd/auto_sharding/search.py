@@ -122,7 +122,8 @@ class Search(_Memory):
         self._cuts: list[int] = []
         self._reference: list[int] | None = None
         self._unbounded = None   # the cheapest plan of any size, once solved
-        self.memory_floor = 0.0  # `_floor` of the memory terms, with the problem
+        self._memory_built = None
+        self.memory_floor = 0.0  # `_floor` of the memory terms, with them
 
     # --------------------------------------------------------------- build
 
@@ -192,7 +193,10 @@ class Search(_Memory):
                 and self._read_by_several(results[0]):
             self._add_stored_follower(index, leader, strategies, scale)
             return
-        strategies = [self._pinned_results(node, self._scaled(s, scale)) for s in strategies]
+        strategies = [self._scaled(s, scale) for s in strategies]
+        if any(v != NO_VALUE and (self.root[v] in self.pinned_roots
+                                  or self.class_size[self.root[v]] > 1) for v in node.results):
+            strategies = [self._pinned_results(node, s) for s in strategies]
         self.unit_of_node[index] = unit
         self.node_strategy[index] = strategies
         if leader is None:
@@ -490,11 +494,20 @@ class Search(_Memory):
         return rows, cols, (tuple(map(id, rows[0])), tuple(map(id, cols[0])),
                             self.graph.shapes[value], self.graph.element_bytes[value], remade)
 
+    def _memory(self) -> list:
+        """The memory terms (`_memory_terms`), and with them `memory_floor`,
+        built on first use: before the edges, which a budget under the floor
+        never needs."""
+        if self._memory_built is None:
+            self._memory_built = self._memory_terms()
+            self.memory_floor = self._floor(self._memory_built)
+        return self._memory_built
+
     def _problem(self):
         """(the 0-1 program, memory terms, tie-break weight), built on first use."""
         if self._built is None:
+            memory = self._memory()
             linear, blocks = self._edges()
-            memory = self._memory_terms()
             # Among plans that move as much, the one that holds less: a millionth
             # of a byte moved per byte held breaks ties and decides nothing else.
             tie_break = TIE_BREAK / max((speed for _, speed in self.cost_model.bandwidths),
@@ -502,7 +515,6 @@ class Search(_Memory):
             for _value, unit, per_device, _born, _last in memory:
                 linear[unit] = linear[unit] + tie_break * per_device
             self._prefer(linear)
-            self.memory_floor = self._floor(memory)
             self._built = (_Milp(self.units, self.variable_classes, linear, blocks), memory,
                            tie_break)
         return self._built
@@ -531,10 +543,10 @@ class Search(_Memory):
 
     def solve(self, memory_budget: float | None, time_limit: float = 60.0) -> Plan:
         started = time.perf_counter()
+        self._memory()
+        if memory_budget is not None and self.memory_floor > memory_budget * (1 + 1e-9):
+            self._below_floor(memory_budget)
         problem, memory, tie_break = self._problem()
-        floor = self.memory_floor
-        if memory_budget is not None and floor > memory_budget * (1 + 1e-9):
-            self._below_floor(memory_budget, memory, started + time_limit)
         # A point that overflowed one budget is worth bounding at the next.
         cuts: list[int] = self._cuts
         points = sorted({t for *_, b, l in memory for t in (b, l)})
@@ -631,22 +643,24 @@ class Search(_Memory):
         plan.time_limited = time.perf_counter() >= started + time_limit
         return plan
 
-    def _below_floor(self, memory_budget: float, memory, deadline: float):
-        """Refuse a budget under the memory floor, naming the floor and the
-        cheapest plan's peak: a budget a plan fits.  The least-memory
-        program (`least_memory`) may find less, in time the floor's answer
-        need not wait for (Llama-3-70B on 256 devices: 20 s to 153 GiB,
-        against a floor of 107 GiB and the cheapest plan's 224 GiB, found in
-        1.5 s)."""
+    def _below_floor(self, memory_budget: float):
+        """Refuse a budget under the memory floor, at once: with the floor,
+        and with the cheapest plan's peak (a budget a plan fits) where that
+        plan is solved already (the measured loop solves it first).  No
+        program is solved for it: Llama-3-70B's on 1024 devices takes 4 s to
+        build and 1.5 s to solve, for a peak of 227 GiB against a floor of
+        107; the least-memory program (`least_memory`) finds less, in far
+        more time than the refusal needs."""
         floor = self.memory_floor
         message = (f"no plan fits a memory budget of {format_bytes(memory_budget)} per device: "
-                   f"every plan holds at least {format_bytes(floor)} at its fullest point, "
-                   "without rematerialization, which the search does not choose")
-        cheapest = self._cheapest(self._built[0], deadline)
-        if cheapest is None:
-            raise InfeasibleBudget(message, math.inf)
+                   f"every plan holds at least {format_bytes(floor)} ({int(math.ceil(floor))} "
+                   "bytes) at its fullest point, without rematerialization, which the search "
+                   "does not choose")
+        if self._unbounded is None:
+            raise InfeasibleBudget(message, floor)
+        memory = self._memory()
         points = sorted({t for *_, b, l in memory for t in (b, l)})
-        smallest = self._peak(memory, cheapest[0], points)[0]
+        smallest = self._peak(memory, self._unbounded[0], points)[0]
         raise InfeasibleBudget(
             f"{message}; the smallest budget found feasible is {format_bytes(smallest)} "
             f"({int(math.ceil(smallest))} bytes), the cheapest plan's", smallest)

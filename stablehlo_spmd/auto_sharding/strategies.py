@@ -289,6 +289,4 @@ def _describe(rule: OpRule, assignment, carried: Axes, finish: bool) -> str:
 
 
 def _shards(layouts: _Layouts, layout: Sharding | None) -> int:
-    if layout is None:
-        return 1
-    return _product(layouts.axis_size, (a for d in layout.dim_axes for a in d))
+    return 1 if layout is None else layout.tile_count

@@ -37,6 +37,7 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 from jaxlib.mlir import ir
 
 from stablehlo_spmd.ir import per_context
+from stablehlo_spmd.kept_hash import kept_hash, state_without_hash
 from stablehlo_spmd.shapes import rank_of, shape_of
 
 
@@ -109,6 +110,9 @@ class OpRule:
     @property
     def num_factors(self) -> int:
         return len(self.factor_sizes)
+
+    __hash__ = kept_hash
+    __getstate__ = state_without_hash
 
 
 class RuleBuilder:
