@@ -242,9 +242,15 @@ def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: lis
         for factor, dealt in operand_axes:
             if not assigned[factor]:
                 axes[factor], assigned[factor] = dealt, True
+    # Running where the operands are, a factor no operand splits takes only
+    # the result's axes the operands leave free: an axis they hold stays on
+    # their factor (else the first factor would win it back, and the op
+    # would run where its result is after all, moving every operand).
+    held_by_operands = {a for f in range(rule.num_factors) if assigned[f] for a in axes[f]}
     for factor, dealt in dealt_axes(p, rule, wanted, rule.results):
         if not assigned[factor]:
-            axes[factor], assigned[factor] = dealt, True
+            free = tuple(a for a in dealt if a not in held_by_operands)
+            axes[factor], assigned[factor] = free, True
     if partial_first:
         # A result wanted Partial over some axes is the sum over them left
         # unmade: a contracted factor runs over them, wherever the operands

@@ -101,3 +101,27 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=2, "y"=2]>} {
     return %0 : tensor<8x8xf32>
   }
 }
+
+// -----
+
+// Both operands split on rows, the product wanted split on the leading dim:
+// the op runs where its operands are and its one result moves (one
+// all_to_all), not where its result is wanted, which would move both
+// operands (spmd-auto-shard prices the first; Mixtral's expert product paid
+// twice its price, 3 GiB a step).
+
+// CHECK-LABEL: func.func public @main
+// CHECK: manual_axes={"x"} (%[[A:arg[0-9]+]]: tensor<4x2x2xf32>, %[[B:arg[0-9]+]]: tensor<4x2x2xf32>) {
+// CHECK-NEXT: %[[M:.*]] = stablehlo.multiply %[[A]], %[[B]] : tensor<4x2x2xf32>
+// CHECK-NEXT: %[[R:.*]] = "stablehlo.all_to_all"(%[[M]])
+// CHECK-SAME: split_dimension = 0
+// CHECK-SAME: -> tensor<1x8x2xf32>
+// CHECK-NEXT: sdy.return %[[R]] : tensor<1x8x2xf32>
+module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
+  func.func @moved_once(%a: tensor<4x8x2xf32> {mhlo.sharding = "{devices=[1,4,1]<=[4]}"},
+                        %b: tensor<4x8x2xf32> {mhlo.sharding = "{devices=[1,4,1]<=[4]}"})
+      -> (tensor<4x8x2xf32> {mhlo.sharding = "{devices=[4,1,1]<=[4]}"}) {
+    %0 = stablehlo.multiply %a, %b {mhlo.sharding = "{devices=[4,1,1]<=[4]}"} : tensor<4x8x2xf32>
+    return %0 : tensor<4x8x2xf32>
+  }
+}

@@ -98,6 +98,35 @@ def test_a_dot_runs_where_its_operands_are_when_its_result_is_cheaper_to_move():
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
+PRODUCT_WANTED_ELSEWHERE = """
+module attributes {spmd.mesh = #sdy.mesh<["data"=4, "model"=2]>} {
+  func.func @main(%a: tensor<4x8x6xf32> {mhlo.sharding = "{devices=[1,4,2]<=[8]}"},
+                  %b: tensor<4x8x6xf32> {mhlo.sharding = "{devices=[1,4,2]<=[8]}"})
+      -> (tensor<4x8x6xf32> {mhlo.sharding = "{devices=[4,1,2]<=[8]}"}) {
+    %0 = stablehlo.multiply %a, %b {mhlo.sharding = "{devices=[4,1,2]<=[8]}"} : tensor<4x8x6xf32>
+    return %0 : tensor<4x8x6xf32>
+  }
+}
+"""
+
+
+def test_an_elementwise_op_runs_where_its_operands_are_when_one_result_moves_less():
+    # Mixtral's expert product: both operands split on tokens, the product
+    # wanted split on experts (data) and on its last dim (model) as they
+    # are.  Running where the product is wanted moves both operands; where
+    # they are, the product alone moves (one all_to_all over data).
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((4, 8, 6)).astype(np.float32) for _ in range(2))
+    partitioned = ss.run_passes(PRODUCT_WANTED_ELSEWHERE, "spmd-propagate,spmd-partition")
+    moved = re.findall(r'"stablehlo\.(all_gather|all_to_all|all_reduce|collective_permute)"\((%\w+)',
+                       partitioned)
+    product = re.search(r"(%\w+) = stablehlo\.multiply", partitioned).group(1)
+    assert moved == [("all_to_all", product)]
+    got, = ss.run(partitioned, [a, b])
+    want, = ss.run_single_device(PRODUCT_WANTED_ELSEWHERE, [a, b])
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 FSDP_MATMUL = """
 module attributes {spmd.mesh = #sdy.mesh<["data"=8]>} {
   func.func @main(%x: tensor<16x16xf32> {mhlo.sharding = "{devices=[8,1]<=[8]}"},
