@@ -55,7 +55,7 @@ class Search(_Memory):
         self.cost_model = cost_model
         self.layouts = _Layouts(graph.mesh)
         self.pricer = Pricer(graph.mesh, cost_model)
-        self._scaled_strategies: dict[tuple, Strategy] = {}
+        self._scaled_strategies: dict[tuple, tuple[Strategy, Strategy]] = {}
         self.strategies = _Strategies(self.layouts, self.pricer.rule_tensor_cost)
         n_values = len(graph.shapes)
         self.nbytes = [math.prod(s) * b for s, b in zip(graph.shapes, graph.element_bytes)]
@@ -257,15 +257,21 @@ class Search(_Memory):
         return _distinct(self.layouts.all_for(self.graph.shapes[value]) + partial)[0]
 
     def _scaled(self, strategy: Strategy, element_bytes: int) -> Strategy:
-        """A rule's strategy costs a sum per byte of element (`Pricer.rule_tensor_cost`)."""
+        """A rule's strategy costs a sum per byte of element (`Pricer.rule_tensor_cost`).
+
+        Kept by the strategy's id, with the strategy itself: a strategy made
+        for one node (a follower's unwritable layout) dies with the call, and
+        another node's, made at the same address, would otherwise be handed
+        the first one's scaled copy, with its rule's operands (an IndexError
+        in Mixtral's step, one run in a few)."""
         if not strategy.cost or element_bytes == 1:
             return strategy
         key = (id(strategy), element_bytes)
         found = self._scaled_strategies.get(key)
-        if found is None:
-            found = self._scaled_strategies[key] = dataclasses.replace(
-                strategy, cost=strategy.cost * element_bytes)
-        return found
+        if found is None or found[0] is not strategy:
+            found = self._scaled_strategies[key] = (strategy, dataclasses.replace(
+                strategy, cost=strategy.cost * element_bytes))
+        return found[1]
 
     def _pinned_results(self, node: Node, strategy: Strategy) -> Strategy:
         """A result whose class is pinned is written in the pinned layout (a

@@ -230,7 +230,7 @@ def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: lis
     the padding matters, get none: their data is gathered first.  With
     `operands_first`, each factor takes the axes the operands have instead
     (the op runs where its operands are), and the result's only for the
-    factors no operand splits.  With `partial_first`, a sum's REDUCTION
+    factors no operand splits, less the axes the operands hold.  With `partial_first`, a sum's REDUCTION
     factor takes the axes its result is wanted Partial over.
     """
     mesh = p.mesh
