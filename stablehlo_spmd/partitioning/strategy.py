@@ -245,8 +245,12 @@ def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: lis
     # Running where the operands are, a factor no operand splits takes only
     # the result's axes the operands leave free: an axis they hold stays on
     # their factor (else the first factor would win it back, and the op
-    # would run where its result is after all, moving every operand).
-    held_by_operands = {a for f in range(rule.num_factors) if assigned[f] for a in axes[f]}
+    # would run where its result is after all, moving every operand).  Not
+    # for a contraction: there the freed axis leaves a Partial result, and
+    # Llama-3-70B's 2-D plan then reduce-scattered its head's whole weight
+    # gradient (3.9 GiB more, by a price that missed it; not yet known why).
+    held_by_operands = set() if FactorKind.REDUCTION in rule.factor_kinds else {
+        a for f in range(rule.num_factors) if assigned[f] for a in axes[f]}
     for factor, dealt in dealt_axes(p, rule, wanted, rule.results):
         if not assigned[factor]:
             free = tuple(a for a in dealt if a not in held_by_operands)
