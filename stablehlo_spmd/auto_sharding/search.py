@@ -613,8 +613,8 @@ class Search(_Memory):
                         f"no plan that fits a memory budget of {format_bytes(memory_budget)} "
                         f"per device was found within the time limit of {time_limit:g} s; the "
                         f"least memory found is {format_bytes(least[-1][0])}, not proved the "
-                        f"least (no plan holds less than {format_bytes(floor)}); give the "
-                        "search more time (time-limit)") from None
+                        f"least (no plan holds less than {format_bytes(self.memory_floor)}); give "
+                        "the search more time (time-limit)") from None
             if choice is None:
                 smallest = least[-1][0] if memory_budget is not None and rows and least else \
                     self._smallest_peak(problem, memory, points, cuts, time_limit)[0]

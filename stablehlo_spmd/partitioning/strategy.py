@@ -230,8 +230,9 @@ def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: lis
     the padding matters, get none: their data is gathered first.  With
     `operands_first`, each factor takes the axes the operands have instead
     (the op runs where its operands are), and the result's only for the
-    factors no operand splits, less the axes the operands hold.  With `partial_first`, a sum's REDUCTION
-    factor takes the axes its result is wanted Partial over.
+    factors no operand splits (less the axes the operands hold, where no
+    factor is contracted).  With `partial_first`, a sum's REDUCTION factor
+    takes the axes its result is wanted Partial over.
     """
     mesh = p.mesh
     axes: list[tuple] = [()] * rule.num_factors

@@ -971,3 +971,30 @@ def test_a_scaled_strategy_is_never_another_strategys_made_at_the_same_address()
         made = dataclasses.replace(unlike[step % 2], cost=math.inf)
         assert search._scaled(made, 4).operands == made.operands
         del made
+
+
+def test_a_search_out_of_time_names_the_least_found_and_the_floor(monkeypatch):
+    """Over the floor (264 KiB), with the 0-1 program and the least-memory
+    program out of time: the error names the least memory found, not
+    proved, and the floor no plan goes under."""
+    with make_context() as context:
+        module = parse_module(_mlp_text(), "<test>", context)
+        graph, _ = _read(module.operation, Mesh.from_string("x=8"))
+        search = Search(graph.search_graph(carried_pairs(*graph.entry_values())))
+    solve, relaxed = _Milp.__dict__["solve"], _Milp.__dict__["relaxed"]
+
+    def out_of_time(self, rows, budget, time_limit, minimize_peak=False, **more):
+        if not minimize_peak and rows:
+            raise auto_sharding.SearchTimeLimit("out of time")
+        return solve(self, rows, budget, time_limit, minimize_peak=minimize_peak, **more)
+
+    monkeypatch.setattr(_Milp, "solve", out_of_time)
+    monkeypatch.setattr(_Milp, "relaxed", lambda self, rows, *a, **k: (None, False) if rows
+                        else relaxed(self, rows, *a, **k))
+    # The least-memory program, out of time too: a plan of 300 KiB, unproved.
+    monkeypatch.setattr(Search, "_smallest_peak", lambda self, *a, **k:
+                        (300 * 1024, [], self.memory_floor))
+    with pytest.raises(auto_sharding.SearchTimeLimit,
+                       match=r"least memory found is 300\.00 KiB, not proved the least "
+                             r"\(no plan holds less than 264\.00 KiB\)"):
+        search.solve(270 * 1024)
