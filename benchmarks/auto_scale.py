@@ -57,7 +57,7 @@ import warnings  # noqa: E402
 
 import scale  # noqa: E402  (keeps XLA_FLAGS as it found them)
 from hlo_collectives import emitted_collectives, fmt_bytes, total_bytes  # noqa: E402
-from report import Memory, revision  # noqa: E402
+from report import revision  # noqa: E402
 
 GiB = 2**30
 SEARCH_SECONDS = 10.0
@@ -184,8 +184,9 @@ def measure(label: str, mesh: str, partitioned: str, devices: int, compile_it: b
     result = Measured(label, mesh)
     result.emitted = total_bytes(emitted_collectives(partitioned, devices))
     if compile_it:
-        executable = runtime.compile(partitioned)
-        result.memory = Memory.from_stats(executable.memory_analysis()).total
+        # XLA's own fusion's buffers, as the search estimates them
+        # (`runtime.memory_per_device`).
+        result.memory = runtime.memory_per_device(partitioned)
     return result
 
 

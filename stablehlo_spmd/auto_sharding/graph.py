@@ -54,11 +54,17 @@ class CostModel:
     the program's own converts of it); a contraction with an f32 result
     reads 16-bit operands as they are.  0: each type at its own width, as
     GPUs and TPUs compute them.
+
+    `windowed_reduction_above`: where a reduction over a dim longer than
+    this is computed as a tree of windowed reductions, which read their
+    operand from memory, so that it is a buffer even where a fusion would
+    compute it inside the reduction (XLA's CPU backend: 32); 0 for none.
     """
 
     bandwidths: tuple[tuple[str, float], ...] = ()
     latency: float = 0.0
     float_compute_bytes: int = 0
+    windowed_reduction_above: int = 0
 
     def price(self, steps) -> float:
         fixed, moved = self.parts(steps)

@@ -818,7 +818,9 @@ class Search(_Memory):
                 best, best_strategies = peak, strategies
             if peak <= bound * (1 + 1e-9) or (at in cuts and reference == strategies):
                 if problem.proved:
-                    lower = max(lower, bound * (1 - BOUNDED_GAP))
+                    # The rows count no temporary in a result's allocation
+                    # (`_in_free_results`): a plan may hold that much less.
+                    lower = max(lower, bound * (1 - BOUNDED_GAP) - self.lendable)
                 break
             reference = strategies
             if at not in cuts:

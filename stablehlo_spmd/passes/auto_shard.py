@@ -88,7 +88,7 @@ def parse_bytes(text: str | int | float | None) -> float | None:
 # How each backend's compiled programs hold memory (`CostModel`): XLA's CPU
 # backend computes 16-bit floats in f32; GPUs and TPUs compute bf16 natively.
 _TARGETS = {"": {}, "gpu": {}, "cuda": {}, "rocm": {}, "tpu": {},
-            "cpu": {"float_compute_bytes": 4}}
+            "cpu": {"float_compute_bytes": 4, "windowed_reduction_above": 32}}
 
 
 def target_cost_model(target: str, bandwidths=(), latency: float = 0.0) -> CostModel:

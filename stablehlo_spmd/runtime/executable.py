@@ -114,7 +114,17 @@ def memory_per_device(partitioned_text: str) -> int:
     Buffers are assigned on HLO, before any machine code: on CPU the code is
     generated without LLVM's optimizations, which changes no buffer and
     takes a third less time (BERT's training step: 1.7 -> 1.2 s).  Other
-    backends compile as they run, not having been measured so."""
+    backends compile as they run, not having been measured so.
+
+    On CPU the buffers are those of XLA's own fusion passes, without the
+    CPU backend's experimental YNNPACK library fusions (on by default in
+    jaxlib 0.10; keras-hub's tests turn them off too).  Those kernels read
+    a broadcast that several of them share as a buffer of its own, where
+    XLA's loop fusion makes the broadcast again inside each reader: a
+    norm's broadcast statistics, held from the forward to the backward,
+    add 10-20% to a Llama step's figure, a CPU kernel library's choice
+    rather than the plan's.  `stablehlo_spmd.auto_sharding` estimates the
+    buffers of XLA's fusion, so this is the figure it is checked against."""
     stats = _compile(partitioned_text, None, None, single_device=False,
                      memory_only=True).memory_analysis()
     return (stats.argument_size_in_bytes + stats.output_size_in_bytes
@@ -223,6 +233,8 @@ class Executable:
         options = _compile_options(self.num_partitions, list(self.devices), info.uses_shardy)
         if memory_only and self.devices[0].platform == "cpu":
             options.executable_build_options.debug_options.xla_backend_optimization_level = 0
+            # XLA's own fusion's buffers: see `memory_per_device`.
+            options.env_option_overrides = [("xla_cpu_experimental_ynn_fusion_type", "")]
         client = self.devices[0].client
         try:
             with _gspmd_notice_off(info.uses_shardy):
