@@ -19,7 +19,9 @@ Each config, in a process of its own (XLA reads the host device count once):
    collectives counted as emitted (`hlo_collectives.emitted_collectives`,
    each by the array it delivers, in the program's dtypes), then compiled
    and measured by XLA's memory analysis (arguments + outputs +
-   temporaries, per device);
+   temporaries, per device; `runtime.memory_per_device`: the buffers of
+   XLA's own fusion, without the CPU backend's experimental YNNPACK
+   fusions, which the estimate does not model);
 2. auto: at each budget (80 GiB, and the tighter ones the config names,
    chosen where the hand plans differ in what fits), ``auto_shard_module``
    with the mesh and the budget alone (no rules; the search's own estimate
