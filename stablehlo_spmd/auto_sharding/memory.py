@@ -49,11 +49,18 @@ class _Memory:
         end = len(graph.nodes)
         spans: dict[int, list[int]] = {}
         producer_of: dict[int, int] = {}
+        # Per class: the ops (not ties) that write a value of it, and the ties.
+        writers: dict[int, list[int]] = collections.defaultdict(list)
+        ties: collections.Counter = collections.Counter()
         for index, node in enumerate(graph.nodes):
             for value in node.results:
                 if value != NO_VALUE:
                     spans.setdefault(value, [index, index])
                     producer_of.setdefault(value, index)
+                    if node.is_tie:
+                        ties[self.root[value]] += 1
+                    else:
+                        writers[self.root[value]].append(index)
             for value in node.operands:
                 if value != NO_VALUE:
                     span = spans.setdefault(value, [index, index])
@@ -63,26 +70,17 @@ class _Memory:
         # without donation XLA holds both); a class's other values live in them.
         held_throughout = collections.Counter(self.root[v]
                                               for v in (*graph.outputs, *graph.arguments))
-        remade = self._remade_in_readers(spans, held_throughout)
+        remade = self._remade_in_readers(spans, producer_of, held_throughout)
         # Where each result is written: by the op (not a tie) that makes a
         # value of its class; its allocation is free before then.  Where a
         # function called from several places makes it, the graph holds the
-        # function once, out of the calls' order: the result is written by
-        # the call that returns it, where the call's result is tied.
-        writers: dict[int, list[int]] = collections.defaultdict(list)
-        ties: collections.Counter = collections.Counter()
-        for index, node in enumerate(graph.nodes):
-            for value in node.results:
-                if value != NO_VALUE:
-                    if node.is_tie:
-                        ties[self.root[value]] += 1
-                    else:
-                        writers[self.root[value]].append(index)
+        # function once, out of the calls' order: the result is taken as
+        # written where the value returned is made (the tie of the call).
         births: dict[int, list[int]] = collections.defaultdict(list)
         for value in graph.outputs:
             root = self.root[value]
             if ties[root] > 1 or len(writers[root]) > 1:
-                births[root].append(self._call_site(value, producer_of, end))
+                births[root].append(producer_of.get(value, end))
             else:
                 births[root].append(min(writers[root], default=end))
         self.live_out: list[tuple[int, int]] = []   # (term index, where it is written)
@@ -135,20 +133,8 @@ class _Memory:
                             if birth > 0)
         return terms
 
-    def _call_site(self, value: int, producer_of: dict[int, int], end: int) -> int:
-        """Where the call that returns `value` ties its result: the tie that
-        makes `value`, or the one that makes the value it is tied to."""
-        graph = self.graph
-        index = producer_of.get(value)
-        while index is not None and graph.nodes[index].is_tie:
-            source = graph.nodes[index].operands[0]
-            earlier = producer_of.get(source)
-            if earlier is None or not graph.nodes[earlier].is_tie or earlier >= index:
-                return index
-            index = earlier
-        return end if index is None else index
-
-    def _remade_in_readers(self, spans: dict[int, list[int]], held_throughout) -> set[int]:
+    def _remade_in_readers(self, spans: dict[int, list[int]], producer_of: dict[int, int],
+                           held_throughout) -> set[int]:
         """The values XLA makes again inside each of their readers instead of
         holding: a broadcast's or an element-wise op's, read by several ops
         that all fuse it (`_fuses_producers`), where what it is made from is
@@ -161,8 +147,6 @@ class _Memory:
         reader is `_fused`.)"""
         graph = self.graph
         remade: set[int] = set()
-        maker = {node.results[0]: node for node in graph.nodes
-                 if len(node.results) == 1 and node.results[0] != NO_VALUE}
 
         def held_until(value: int, last: int, depth: int = 3) -> bool:
             """Whether `value` can be read at `last` at no extra memory: it is
@@ -171,7 +155,7 @@ class _Memory:
             if value in self.free_sources or held_throughout[self.root[value]] \
                     or (span is not None and span[1] >= last):
                 return True
-            node = maker.get(value)
+            node = graph.nodes[producer_of[value]] if value in producer_of else None
             return depth > 0 and node is not None and not node.is_tie \
                 and (node.rule.elementwise or node.is_broadcast) \
                 and all(held_until(operand, last, depth - 1) for operand in node.operands
@@ -535,8 +519,7 @@ class _Memory:
 # Ops XLA's loop and input fusions compute with their operands' producers inside.
 _FUSING_LABELS = frozenset({
     "stablehlo.reduce", "stablehlo.transpose", "stablehlo.reshape", "stablehlo.slice",
-    "stablehlo.concatenate", "stablehlo.pad", "stablehlo.reverse", "stablehlo.dynamic_slice",
-    "stablehlo.select", "stablehlo.iota"})
+    "stablehlo.concatenate", "stablehlo.pad", "stablehlo.reverse", "stablehlo.dynamic_slice"})
 
 
 def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]:
