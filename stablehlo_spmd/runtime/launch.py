@@ -8,7 +8,9 @@ Each process gets the variables `distributed` reads
 XLA's CPU host device count), so ``stablehlo-spmd run``, the demo and
 ``ss.run`` join each other without flags.  The coordinator defaults to a
 free port on the loopback.  Every line a process prints comes out prefixed
-with ``[id]``.
+with ``[id]``.  A process's stdout and stderr are read through separate
+pipes, so a line stays whole: a C++ library that writes one line to stderr
+in two pieces (Gloo does) cannot have a Python error line land inside it.
 
 Failure is loud and bounded.  The first process to fail decides: launch
 says which process it was and how it ended (exit code or signal), ends the
@@ -93,17 +95,18 @@ def launch(command: Sequence[str], options: LaunchOptions,
         for process_id in range(options.processes):
             try:
                 child = subprocess.Popen(
-                    list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     stdin=subprocess.DEVNULL, start_new_session=True,
                     env=process_environment(os.environ, options, coordinator, process_id))
             except OSError as error:
                 raise distributed.DistributedError(
                     f"cannot start {command[0]!r}: {error.strerror}") from None
             children.append(child)
-            pump = threading.Thread(target=_pump, args=(child, process_id, write, lock),
-                                    daemon=True)
-            pump.start()
-            pumps.append(pump)
+            for stream in (child.stdout, child.stderr):
+                pump = threading.Thread(target=_pump, args=(stream, process_id, write, lock),
+                                        daemon=True)
+                pump.start()
+                pumps.append(pump)
         outcome = _watch(children)
     except BaseException:
         _stop(children, options.grace_s)
@@ -165,13 +168,13 @@ def _signal_group(child: subprocess.Popen, number: int) -> None:
         pass
 
 
-def _pump(child: subprocess.Popen, process_id: int, write, lock: threading.Lock) -> None:
+def _pump(stream, process_id: int, write, lock: threading.Lock) -> None:
     prefix = f"[{process_id}] "
-    for raw in iter(child.stdout.readline, b""):
+    for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", errors="replace").rstrip("\n")
         with lock:
             write(prefix + line)
-    child.stdout.close()
+    stream.close()
 
 
 def _write_stdout(line: str) -> None:

@@ -253,6 +253,17 @@ def test_launch_prefixes_lines_and_sets_each_process_apart():
         assert line.endswith("--xla_force_host_platform_device_count=2")
 
 
+def test_a_line_written_in_pieces_to_stderr_stays_whole():
+    # As Gloo writes its lines: half to stderr, then the other half after a
+    # line on stdout has gone out.
+    script = ("import sys, time; sys.stderr.write('half '); sys.stderr.flush(); "
+              "print('whole', flush=True); time.sleep(0.2); sys.stderr.write('line\\n')")
+    lines = []
+    outcome = launch([sys.executable, "-c", script], LaunchOptions(1), lines.append)
+    assert outcome.exit_code == 0
+    assert sorted(lines) == ["[0] half line", "[0] whole"]
+
+
 def test_failure_reports_code_or_signal():
     assert _failure(1, 3) == type(_failure(1, 3))(3, 1, "exited with code 3")
     assert _failure(0, -9).exit_code == 137 and _failure(0, -9).how == "was killed by SIGKILL"
