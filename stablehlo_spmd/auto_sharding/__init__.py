@@ -159,8 +159,9 @@ a pass that clones a layer's forward ops before its backward's first read,
 which the partitioner would then lay out like any op.  No anchor (XLA's
 auto-sharding, Alpa, autoparallel) chooses the two together.
 
-*The solver* (`program.py`) is HiGHS: the LP relaxation first, kept warm
-across solves; where it blends choices, the 0-1 program on its support
+*The solver* (`program.py`) is HiGHS: the LP relaxation first (kept warm
+across unbounded solves, cold where memory is bounded); where it blends
+choices, the 0-1 program on its support
 decides them, and a few levels of division prove the plan; where that
 proof falls short, the whole 0-1 program.  `program.py` says why each.
 """

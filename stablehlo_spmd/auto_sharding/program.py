@@ -5,14 +5,15 @@ binary variable per strategy, shared by a variable class), the linear
 terms, and the cost blocks between classes, linearized with one continuous
 variable per pair of strategy groups; the memory rows come with each solve.
 
-The solver is HiGHS.  The LP relaxation goes first, in one instance kept
-warm across solves (highspy): unbounded it is integral on most models
-measured; bounded, it blends a few choices, and the 0-1 program restricted
+The solver is HiGHS.  The LP relaxation goes first (highspy): unbounded,
+in one instance kept warm across solves, it is integral on most models
+measured; bounded, solved cold on a fresh instance (`_lp_with_rows` says
+why), it blends a few choices, and the 0-1 program restricted
 to the LP's support decides them in a fraction of a second, with a plan the
 LP's value proves where the LP is tight (`_Milp.relaxed`).  Where it is
 not, the blend is divided on the class whose blended choices differ most
 in the bytes a bounded point holds, a few levels deep, each child's LP
-solved on the same warm instance and rounded the same way: a small branch
+solved on that instance from its parent's basis and rounded the same way: a small branch
 and bound that needs none of the cuts the whole program spends its root on
 (`_Milp._divide`).  Where that proof falls short too, the whole 0-1
 program is solved (highspy too: scipy's `milp` bundles an older HiGHS,
@@ -122,11 +123,11 @@ class _Milp:
         self.constraints = len(self.rows)
         self.classes = classes
         self.parts = (linear, blocks)   # to price a plan found otherwise
-        self._warm = None       # a HiGHS instance kept warm on the LP relaxation
+        self._warm = None       # the HiGHS instance on the LP relaxation (`_relaxation`)
         self._base = None       # the choice and pair rows, as `_base_rows` gives them
         self.proved = False     # whether the last `solve` proved its plan within its gap
         self._base_csc = None   # the same matrix by columns, for `_on_support`
-        self._held_rows: list[np.ndarray] = []   # the memory rows the warm LP holds
+        self._held_rows = 0     # how many memory rows the instance holds
 
     def _columns(self, memory_row: dict) -> tuple[np.ndarray, np.ndarray]:
         """A memory row (unit -> bytes per strategy; (source unit, reader
@@ -288,8 +289,9 @@ class _Milp:
         return [chosen[cls] for cls in self.classes]
 
     def _relaxation(self):
-        """The HiGHS instance kept warm on the LP relaxation (with the
-        memory rows `_lp_with_rows` last gave it), built on first use."""
+        """The HiGHS instance on the LP relaxation (with the memory rows
+        `_lp_with_rows` last gave it), built on first use and again for
+        each bounded LP."""
         if self._warm is None:
             matrix, lower, upper = self._base_rows()
             self._warm = self._highs(_highs_lp(self.objective, matrix, np.zeros(self.variables),
@@ -474,33 +476,28 @@ class _Milp:
 
     def _lp_with_rows(self, columns, budget):
         """The HiGHS instance on the LP relaxation, holding these memory
-        rows: one instance for every solve, unbounded or not.  A
-        cutting-plane round changes a row's copies in a few columns, or adds
-        a row, and each re-solve starts from the last one's basis and
-        pricing weights (on Mixtral's training step, a second or two where a
-        fresh instance took nine).  A second instance started from this
-        one's basis took 5.4 s on BERT's step where this one took 2.9 s: it
-        must rebuild the weights, and pivots more without them."""
+        rows.  Unbounded, it is the instance kept warm across solves.
+        Bounded, it is a fresh one, solved cold: from the last optimum's
+        basis, where the new rows cut it off, the dual simplex pivoted
+        slowly and long.  On Mixtral-8x7B's full-depth step the first
+        bounded LP took 7.2 s from the unbounded basis (8.5k iterations,
+        0.85 ms each) and 4.1 s cold (16k, 0.26 ms); on its toy-width step
+        42 s against 6, and a re-solve under a lower budget, infeasible,
+        26 s against 1.9 to prove so.  The division's children
+        (`_divide`) start from their parent's basis on the same instance:
+        fixing columns keeps it dual feasible."""
         import highspy
 
+        if columns:
+            self._warm, self._held_rows = None, 0
         highs = self._relaxation()
-        held = self._held_rows
-        first = len(self.rows)
-        for r, (cols, values) in enumerate(columns):
-            row = np.zeros(self.variables)
-            row[cols] = values
-            if r < len(held):
-                for col in np.flatnonzero(row != held[r]):
-                    highs.changeCoeff(first + r, int(col), float(row[col]))
-                highs.changeRowBounds(first + r, -highspy.kHighsInf, budget)
-                held[r] = row
-            else:
-                highs.addRow(-highspy.kHighsInf, budget, len(cols), cols.astype(np.int32), values)
-                held.append(row)
-        if len(held) > len(columns):
-            highs.deleteRows(len(held) - len(columns),
-                             np.arange(first + len(columns), first + len(held), dtype=np.int32))
-            del held[len(columns):]
+        if self._held_rows:
+            first = len(self.rows)
+            highs.deleteRows(self._held_rows,
+                             np.arange(first, first + self._held_rows, dtype=np.int32))
+        for cols, values in columns:
+            highs.addRow(-highspy.kHighsInf, budget, len(cols), cols.astype(np.int32), values)
+        self._held_rows = len(columns)
         return highs
 
     def _on_support(self, x: np.ndarray, memory_rows, budget, deadline: float):
