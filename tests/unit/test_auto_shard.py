@@ -303,6 +303,26 @@ def test_a_transpose_holds_a_buffer_unless_it_keeps_the_element_order(transpose)
     assert estimate == pytest.approx(xla, rel=0.1)
 
 
+@pytest.mark.parametrize("weight, contraction, copied", [
+    ((256, 4, 32), "bshk,dhk->bsd", True),    # summed over two dims: w copied to [h, k, d]
+    ((4, 32, 256), "bshk,hkd->bsd", False),   # already [contracting, free]
+    ((256, 128), "bsk,dk->bsd", False),       # one dim each: read transposed in place
+], ids=["multi-dim", "in-order", "matrix"])
+def test_a_contraction_copies_an_argument_it_cannot_read_as_a_matrix(weight, contraction, copied):
+    """XLA rewrites a dot summed or kept over several dims into a matrix
+    multiply of [free, contracting] by [contracting, free] operands; an
+    argument in another order is copied into that one (the backward of an
+    attention projection copies its [d, h, k] weight).  On one device:
+    the two arguments, the result and, where made, the copy (128 KiB)."""
+    dq = np.ones((16, 32, 4, 32) if len(weight) == 3 else (16, 32, 128), np.float32)
+    w = np.ones(weight, np.float32)
+    estimate, xla = _estimate_against_xla(lambda a, b: jnp.einsum(contraction, a, b), dq, w,
+                                          mesh="x=1")
+    held = dq.nbytes + w.nbytes + 16 * 32 * 256 * 4
+    assert estimate == held + (w.nbytes if copied else 0)
+    assert estimate == pytest.approx(xla, rel=0.02)
+
+
 def test_a_value_several_ops_read_is_made_again_where_its_operands_are_held():
     """x * s, read by a tanh and an exp: XLA's fusion makes the product
     again inside each (x and s are arguments, held anyway), so it is no

@@ -25,7 +25,7 @@ from stablehlo_spmd.ir import make_context, parse_module, print_module
 from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module
 
 BYTES_AGREEMENT = 0.02
-MEMORY_AGREEMENT = 0.15
+MEMORY_AGREEMENT = 0.10
 
 
 def _mixed_precision_mlp(params, x, y):
