@@ -111,20 +111,31 @@ out: a reshard's slice that XLA makes again inside each reader, so that the
 buffer held is the whole block it slices (Mixtral's expert product at 60
 GiB, a time-limited plan: 896 MiB a layer where the search holds 224), and
 the fragmentation of XLA's heap (at toy widths a tenth of its temporaries:
-Mixtral's step at 0.88x, where its FSDP plan is at 1.00x).  A contraction
-XLA rewrites into a matrix multiply copies an argument it cannot read as a
-matrix (`memory._transposed_positions`: an attention projection's [d, h, k]
-weight, summed over h and k in the backward; two transformer blocks at toy
-width, 0.91x without, 0.97x with).  A read in another layout than its
-value's is a copy, shared by the value's later reads in that layout;
-whether one is live depends on two units' choices, so a row charges the
-last plan's copies to their first readers and each read that plan makes in
-place to its pair variables, which see a source moving its layout under a
-reader (`_memory_row`).  The peak over the program is bounded by the budget
-at the program points where it is largest: the search solves, measures
-every point under the plan, adds the points that overflow, and solves again
-(a cutting-plane loop).  Before any of that, the memory floor
-(`_Memory._floor`): at each point, each unit's fewest bytes over its
+Mixtral's step at 0.88x, where its FSDP plan is at 1.00x; a best-fit
+packing of the estimate's own buffers fragments none).  Three effects
+measured on small programs are left out together, as counting one without
+the others made the estimates worse: XLA's CPU backend copies bf16
+arguments to f32 for a product with an f32 result (a 256 x 512 by 512 x 512
+product: 2.75 MiB by XLA, 1.75 estimated; counted, Llama-3-8B's step with
+its f32 logits goes from 1.00x to 1.05x of XLA's figure); it writes a
+product only a transpose reads in the transposed order, one buffer where
+the estimate holds two; and its scheduler runs a layer's input gradient
+before its weight gradient where that frees memory first, where the
+estimate keeps the program's order (the mixed-precision MLP: 0.91x as it
+is, 0.83x with the transposed product, 1.15x with the f32 copies too).  A
+contraction XLA rewrites into a matrix multiply copies an argument it
+cannot read as a matrix (`memory._transposed_positions`: an attention
+projection's [d, h, k] weight, summed over h and k in the backward; two
+transformer blocks at toy width, 0.91x without, 0.97x with).  A read in
+another layout than its value's is a copy, shared by the value's later
+reads in that layout; whether one is live depends on two units' choices, so
+a row charges the last plan's copies to their first readers and each read
+that plan makes in place to its pair variables, which see a source moving
+its layout under a reader (`_memory_row`).  The peak over the program is
+bounded by the budget at the program points where it is largest: the search
+solves, measures every point under the plan, adds the points that overflow,
+and solves again (a cutting-plane loop).  Before any of that, the memory
+floor (`_Memory._floor`): at each point, each unit's fewest bytes over its
 strategies, summed; no plan holds less at its fullest point, so a budget
 under the floor is refused at once, with the floor and the cheapest plan's
 peak (Llama-3-70B on 256 devices: 107 GiB, where the 0-1 program had
