@@ -88,18 +88,22 @@ expert matmuls at 60 GiB).
 linear in its unit's variables; a value lives from its producer to its last
 consumer in program order (arguments and results: throughout); a
 contraction that cannot read an operand as a matrix holds a transposed copy
-of it.  Widths are the target's (`CostModel.float_compute_bytes`): XLA's CPU
-backend computes bf16 in f32, so there a bf16 temporary takes f32's bytes
-and a bf16-result contraction holds an f32 copy of each bf16 parameter it
-reads (one, for forward and backward alike).  XLA's fusion decides which
-values are buffers at all: a value one op reads is computed inside it
-(`_Memory._fused`), and a broadcast's or an element-wise op's that several
-ops read is made again inside each where what it is made from is held until
-then anyway (`_Memory._remade_in_readers`: a norm's x * rsqrt(mean), saved
-by autodiff for the backward, is not a buffer, x and the statistic are);
-but a reduction the CPU backend computes as a tree of windows reads its
-operand from memory (`CostModel.windowed_reduction_above`).  A result's
-allocation holds temporaries of its size before the result is written
+of it (`memory._transposed_positions`, after XLA's dot canonicalization: an
+attention projection's [d, h, k] weight, summed over h and k in the
+backward, is copied to [h, k, d]; two transformer blocks at toy width,
+0.91x without that copy, 0.97x with).  Widths are the target's
+(`CostModel.float_compute_bytes`): XLA's CPU backend computes bf16 in f32,
+so there a bf16 temporary takes f32's bytes and a bf16-result contraction
+holds an f32 copy of each bf16 parameter it reads (one, for forward and
+backward alike).  XLA's fusion decides which values are buffers at all: a
+value one op reads is computed inside it (`_Memory._fused`), and a
+broadcast's or an element-wise op's that several ops read is made again
+inside each where what it is made from is held until then anyway
+(`_Memory._remade_in_readers`: a norm's x * rsqrt(mean), saved by autodiff
+for the backward, is not a buffer, x and the statistic are); but a
+reduction the CPU backend computes as a tree of windows reads its operand
+from memory (`CostModel.windowed_reduction_above`).  A result's allocation
+holds temporaries of its size before the result is written
 (`_Memory._in_free_results`: an AdamW step's f32 gradients wait in its
 moments' allocations).  The figure it is checked against is
 `runtime.memory_per_device`: XLA's own fusion, without the CPU backend's
@@ -123,23 +127,19 @@ the estimate holds two; and its scheduler runs a layer's input gradient
 before its weight gradient where that frees memory first, where the
 estimate keeps the program's order (the mixed-precision MLP: 0.91x as it
 is, 0.83x with the transposed product, 1.15x with the f32 copies too).  A
-contraction XLA rewrites into a matrix multiply copies an argument it
-cannot read as a matrix (`memory._transposed_positions`: an attention
-projection's [d, h, k] weight, summed over h and k in the backward; two
-transformer blocks at toy width, 0.91x without, 0.97x with).  A read in
-another layout than its value's is a copy, shared by the value's later
-reads in that layout; whether one is live depends on two units' choices, so
-a row charges the last plan's copies to their first readers and each read
-that plan makes in place to its pair variables, which see a source moving
-its layout under a reader (`_memory_row`).  The peak over the program is
-bounded by the budget at the program points where it is largest: the search
-solves, measures every point under the plan, adds the points that overflow,
-and solves again (a cutting-plane loop).  Before any of that, the memory
-floor (`_Memory._floor`): at each point, each unit's fewest bytes over its
-strategies, summed; no plan holds less at its fullest point, so a budget
-under the floor is refused at once, with the floor and the cheapest plan's
-peak (Llama-3-70B on 256 devices: 107 GiB, where the 0-1 program had
-searched its whole time limit for a plan under 80).
+read in another layout than its value's is a copy, shared by the value's
+later reads in that layout; whether one is live depends on two units'
+choices, so a row charges the last plan's copies to their first readers and
+each read that plan makes in place to its pair variables, which see a
+source moving its layout under a reader (`_memory_row`).  The peak over the
+program is bounded by the budget at the program points where it is largest:
+the search solves, measures every point under the plan, adds the points
+that overflow, and solves again (a cutting-plane loop).  Before any of that,
+the memory floor (`_Memory._floor`): at each point, each unit's fewest
+bytes over its strategies, summed; no plan holds less at its fullest point,
+so a budget under the floor is refused at once, with the floor and the
+cheapest plan's peak (Llama-3-70B on 256 devices: 107 GiB, where the 0-1
+program had searched its whole time limit for a plan under 80).
 
 *Repeated layers* (`clustering.py`).  Units whose ops look the same from
 three hops away (Weisfeiler-Lehman hashes over the op graph: op, rule,

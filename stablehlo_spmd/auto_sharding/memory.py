@@ -572,12 +572,10 @@ def _transposed_positions(rule: OpRule) -> tuple[list[int], list[int]]:
 
     orders = [[f for dim in tensor for f in dim if rule.factor_sizes[f] > 1]
               for tensor in rule.operands]
+    kinds = [[kind(f) for f in order] for order in orders]
     any_layout = []
-    for position, order in enumerate(orders):
-        runs: list[str] = []
-        for factor in order:
-            if not runs or runs[-1] != kind(factor):
-                runs.append(kind(factor))
+    for position, operand_kinds in enumerate(kinds):
+        runs = [k for i, k in enumerate(operand_kinds) if i == 0 or operand_kinds[i - 1] != k]
         runs = runs[1:] if runs[:1] == ["batch"] else runs
         if "batch" in runs or len(runs) > 2:
             any_layout.append(position)
@@ -585,7 +583,6 @@ def _transposed_positions(rule: OpRule) -> tuple[list[int], list[int]]:
         return any_layout, any_layout
     batch = [f for f in orders[0] if kind(f) == "batch"]
     contracting = [f for f in orders[0] if kind(f) == "contracting"]
-    kinds = [[kind(f) for f in order] for order in orders]
     if all(k.count("contracting") == 1 and k.count("free") <= 1
            and k[:len(batch)] == ["batch"] * len(batch) for k in kinds):
         return any_layout, any_layout

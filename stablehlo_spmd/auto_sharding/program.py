@@ -5,25 +5,25 @@ binary variable per strategy, shared by a variable class), the linear
 terms, and the cost blocks between classes, linearized with one continuous
 variable per pair of strategy groups; the memory rows come with each solve.
 
-The solver is HiGHS.  The LP relaxation goes first (highspy): unbounded,
-in one instance kept warm across solves, it is integral on most models
+The solver is HiGHS.  The LP relaxation goes first (highspy): unbounded, in
+one instance kept warm across solves, it is integral on most models
 measured; bounded, solved cold on a fresh instance (`_lp_with_rows` says
-why), it blends a few choices, and the 0-1 program restricted
-to the LP's support decides them in a fraction of a second, with a plan the
-LP's value proves where the LP is tight (`_Milp.relaxed`).  Where it is
-not, the blend is divided on the class whose blended choices differ most
-in the bytes a bounded point holds, a few levels deep, each child's LP
-solved on that instance from its parent's basis and rounded the same way: a small branch
+why), it blends a few choices, and the 0-1 program restricted to the LP's
+support decides them in a fraction of a second, with a plan the LP's value
+proves where the LP is tight (`_Milp.relaxed`).  Where it is not, the blend
+is divided on the class whose blended choices differ most in the bytes a
+bounded point holds, a few levels deep, each child's LP solved on that
+instance from its parent's basis and rounded the same way: a small branch
 and bound that needs none of the cuts the whole program spends its root on
-(`_Milp._divide`).  Where that proof falls short too, the whole 0-1
-program is solved (highspy too: scipy's `milp` bundles an older HiGHS,
-whose branch and bound took 57 s on Mixtral's bounded forward where
-highspy 1.16 took 9.6 s, to a dearer plan), stopped within 0.2% of the
-optimum, or 2% with memory bounded: there the LP bound is weak, closing
-the last percent is most of the solve, and the estimate itself is only
-within a few percent of what XLA compiles.  The proof asks the same 2%.
-Unbounded, the 0-1 program starts from the relaxation's plan; bounded,
-from the last solve's plan where that fits the budget.
+(`_Milp._divide`).  Where that proof falls short too, the whole 0-1 program
+is solved (highspy too: scipy's `milp` bundles an older HiGHS, whose branch
+and bound took 57 s on Mixtral's bounded forward where highspy 1.16 took
+9.6 s, to a dearer plan), stopped within 0.2% of the optimum, or 2% with
+memory bounded: there the LP bound is weak, closing the last percent is
+most of the solve, and the estimate itself is only within a few percent of
+what XLA compiles.  The proof asks the same 2%.  Unbounded, the 0-1 program
+starts from the relaxation's plan; bounded, from the last solve's plan
+where that fits the budget.
 """
 
 from __future__ import annotations
