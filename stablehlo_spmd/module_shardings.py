@@ -59,11 +59,15 @@ MHLO_SHARDING = "mhlo.sharding"
 # with several results the notes of its results are joined by ";".
 OPEN_DIMS = "spmd.open_dims"
 PRIORITIES = "spmd.priorities"
-# On an op whose result a plan of spmd-auto-shard's writes Partial and sums
-# after it: the op makes that Partial itself (a contraction split over the
-# Partial's axes), wherever its operands are, rather than the partitioner
-# choosing its own way to the sum (which may hold what the plan turned down).
-PARTIAL_MADE_HERE = "spmd.partial_made_here"
+# On a contraction whose strategy a plan of spmd-auto-shard's chose: per
+# factor of its op rule (`op_rules.OpRule`, factors in the rule's order), the
+# mesh axes the per-device op runs it over, major first, as an array of arrays
+# of axis names.  The partitioner then runs the op so, wherever its operands
+# are and its result is wanted, rather than by the bytes around the op alone:
+# a way that moves less there may hold what the plan turned down for its
+# memory budget (a weight gathered at the start and held to the backward, a
+# sum made whole on every device).
+FACTOR_AXES = "spmd.factor_axes"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -76,13 +76,17 @@ moved, whichever moves less (`Search._follower_read`,
 partitioner makes again rather than moves (`op_rules.REMADE_NOT_MOVED`: a
 widening convert, a reshape) is priced at the cheaper of the two
 (`Search.cost`).  At real widths these decide plans: a bf16 residual
-converted to f32 for a norm moves at half the f32 price.  Where the search
-leaves the partitioner no choice, the plan says what it chose: a
-contraction whose sum the search makes inside it is written Partial, with
-its sum (`Plan.sum_targets`), since the partitioner, left to itself, may
-gather the operands instead and compute each block whole, which moves less
-but holds what the search turned down for the memory budget (Mixtral's
-expert matmuls at 60 GiB).
+converted to f32 for a norm moves at half the f32 price.  A contraction is
+the search's own decision, and the plan writes it down: the mesh axes each
+factor runs over (`Plan.factor_axes`, `module_shardings.FACTOR_AXES`), which
+the partitioner follows.  Left to itself, it would choose by the bytes
+around the op alone, and a way that moves less there may hold what the
+search turned down for the memory budget: Mixtral's backward expert
+products, at 8 layers on 64 devices under 17 GiB, gathered each layer's
+weight at the start and held it to the backward (1.75 GiB the estimate did
+not hold).  A contraction whose sum the search makes inside it is written
+Partial, with its sum (`Plan.sum_targets`), so that one sum serves every
+reader.
 
 *Memory* (`memory.py`, `Search.solve`).  Each value's bytes per device is
 linear in its unit's variables; a value lives from its producer to its last

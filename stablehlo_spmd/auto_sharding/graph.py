@@ -129,9 +129,12 @@ class Plan:
     # Partial values read by several ops, each summed once into this layout
     # for all of them (their layouts are the Partial ones their ops write).
     sum_targets: dict[int, Sharding] = dataclasses.field(default_factory=dict)
-    # Of those, the results of ops that sum inside them in the plan: the op
-    # makes the Partial itself, whatever else would move less around it.
-    partial_made_here: frozenset[int] = frozenset()
+    # Per contraction the search laid out, keyed by its first result: the
+    # mesh axes each factor of its rule runs over.  The partitioner runs it
+    # so (`module_shardings.FACTOR_AXES`), whatever else would move less
+    # around it: the plan's bytes and memory are those of this way.
+    factor_axes: dict[int, tuple[tuple[str, ...], ...]] = dataclasses.field(
+        default_factory=dict)
     # XLA's own memory analysis of the partitioned plan, where the pass was
     # given a way to compile it; and how many plans it measured.
     measured_memory: float | None = None

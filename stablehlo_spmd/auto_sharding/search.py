@@ -25,7 +25,8 @@ from stablehlo_spmd.auto_sharding.graph import (
     CostModel, Graph, InfeasibleBudget, Plan, Pricer, SearchTimeLimit, format_bytes)
 from stablehlo_spmd.auto_sharding.memory import _Memory
 from stablehlo_spmd.auto_sharding.program import BOUNDED_GAP, _distinct, _Milp, _Unit
-from stablehlo_spmd.auto_sharding.strategies import Strategy, _Layouts, _shards, _Strategies
+from stablehlo_spmd.auto_sharding.strategies import (
+    Strategy, _is_contraction, _Layouts, _shards, _Strategies)
 from stablehlo_spmd.op_graph import NO_VALUE, Node
 from stablehlo_spmd.op_rules import REMADE_NOT_MOVED, FactorKind
 from stablehlo_spmd.sharding import Sharding
@@ -759,12 +760,12 @@ class Search(_Memory):
     def _plan(self, strategies: list[int], objective: float, points, started: float) -> Plan:
         problem, memory, _ = self._problem()
         peak, _ = self._peak(memory, strategies, points)
-        layouts, why, sum_targets, made_here = self._write(strategies)
+        layouts, why, sum_targets, factor_axes = self._write(strategies)
         solve_seconds = time.perf_counter() - started
         return Plan(layouts, why, objective, peak, solve_seconds, self.build_seconds,
                     problem.variables, problem.constraints, len(self.units),
                     len(set(self.variable_classes)), bool(self.cost_model.bandwidths),
-                    sum_targets=sum_targets, partial_made_here=made_here)
+                    sum_targets=sum_targets, factor_axes=factor_axes)
 
     def _smallest_peak(self, problem: _Milp, memory, points, cuts: list[int],
                        time_limit: float) -> tuple[float, list[int], float]:
@@ -842,7 +843,7 @@ class Search(_Memory):
         layouts: list[Sharding | None] = [None] * len(graph.shapes)
         why = [""] * len(graph.shapes)
         sum_targets: dict[int, Sharding] = {}
-        made_here: set[int] = set()
+        factor_axes: dict[int, tuple] = {}
         sharing = collections.Counter(self.variable_classes)
         for value, unit, options in self._choices(range(len(graph.shapes))):
             layouts[value] = options[strategies[unit]]
@@ -873,7 +874,12 @@ class Search(_Memory):
             if unit < 0:
                 continue
             strategy = self.node_strategy[index][strategies[unit]]
-            for value, partial in zip(graph.nodes[index].results, strategy.unsummed):
+            node = graph.nodes[index]
+            if self.units[unit].owner == index and self.units[unit].kind == "op" \
+                    and _is_contraction(node.rule) and node.results \
+                    and node.results[0] != NO_VALUE:
+                factor_axes[node.results[0]] = strategy.axes
+            for value, partial in zip(node.results, strategy.unsummed):
                 if partial is not None:
                     layouts[value] = partial   # summed where it crosses into its tied values
             for position, partial in enumerate(strategy.finished):
@@ -882,12 +888,10 @@ class Search(_Memory):
                         self.root[value] in self.pinned_roots or \
                         layouts[value] is not strategy.results[position]:
                     continue
-                # Written Partial and summed at once: the partitioner would
-                # otherwise pick its own way to make the summed result, one
-                # the search may have turned down for the memory it holds.
+                # Written Partial and summed at once, so that one sum
+                # serves every reader.
                 layouts[value] = partial
                 sum_targets[value] = strategy.results[position]
-                made_here.add(value)
                 why[value] += f"; written Partial and summed at once into {sum_targets[value]}"
         for value, (node_index, position) in self.free_sources.items():
             unit = self.unit_of_node.get(node_index, -1)
@@ -905,4 +909,4 @@ class Search(_Memory):
                 layouts[root] = written
                 sum_targets[root] = kept
                 why[root] += f"; written Partial and summed once into {kept} for its readers"
-        return layouts, why, sum_targets, frozenset(made_here)
+        return layouts, why, sum_targets, factor_axes

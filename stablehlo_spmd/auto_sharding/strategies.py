@@ -37,6 +37,9 @@ class Strategy:
     # from; the plan writes it so, with the sum, so that the partitioner
     # sums where the search priced it (`Search._write`).
     finished: tuple[Sharding | None, ...] = ()
+    # Per factor of the rule: the mesh axes the op runs it over (what the
+    # plan writes on a contraction, `Plan.factor_axes`).
+    axes: tuple[Axes, ...] = ()
 
 
 class _Layouts:
@@ -159,7 +162,8 @@ class _Strategies:
             finished.append(partial)
         label = _describe(rule, assignment, carried, finish)
         return Strategy(tuple(operands), tuple(results), cost, label,
-                        finished=tuple(finished) if any(finished) else ())
+                        finished=tuple(finished) if any(finished) else (),
+                        axes=tuple(assignment))
 
     def anchor(self, rule: OpRule) -> list[Strategy]:
         found = self._anchors.get(rule)

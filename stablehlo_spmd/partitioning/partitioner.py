@@ -45,7 +45,7 @@ from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions,
+    FACTOR_AXES, MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions,
     is_manual_boundary, read_hlo)
 from stablehlo_spmd.op_rules import REMADE_NOT_MOVED
 from stablehlo_spmd.partitioning.context import (
@@ -507,7 +507,8 @@ class Partitioner:
         and its regions emitted per device.  `regions` gives each region's
         block-argument and yield shardings (default: replicated, as the
         scalar bodies of reduce, sort and scatter are)."""
-        attributes = {n: op.attributes[n] for n in op.attributes if n != MHLO_SHARDING}
+        attributes = {n: op.attributes[n] for n in op.attributes
+                      if n != MHLO_SHARDING and n != FACTOR_AXES}
         new_op = ir.Operation.create(op.name, results=list(result_types), operands=list(operands),
                                      attributes=attributes, regions=len(op.regions))
         for index, (old_region, new_region) in enumerate(zip(op.regions, new_op.regions)):

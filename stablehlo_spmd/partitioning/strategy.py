@@ -41,7 +41,7 @@ from jaxlib.mlir import ir
 
 from stablehlo_spmd import op_rules
 from stablehlo_spmd.errors import ShardingError
-from stablehlo_spmd.module_shardings import PARTIAL_MADE_HERE
+from stablehlo_spmd.module_shardings import FACTOR_AXES
 from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
 from stablehlo_spmd.partitioning.context import PartitionContext
 from stablehlo_spmd.reshard import plan as plan_reshard, plan_cost
@@ -140,23 +140,19 @@ def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     # An operand made from constants alone costs nothing to read in any
     # layout (`Partitioner.move_bytes`), so which operands are is part of
     # the question too.
-    made_here = PARTIAL_MADE_HERE in op.attributes
+    planned = _planned_axes(p, op, rule)
     key = (id(rule), tuple(wanted), tuple(p.shardings.get(v) for v in op.operands),
-           tuple(p.made_from_constants(v) for v in op.operands), made_here)
+           tuple(p.made_from_constants(v) for v in op.operands), planned)
     known = p.rule_plans.get(key)
     if known is not None:
         return known[1]
-    if made_here and rule.reduction == "sum" and any(
-            s is not None and s.unreduced for s in wanted):
-        # The plan's own way: the Partial the result is wanted in, made
-        # here from operands that hold none (spmd-auto-shard's contraction
-        # that sums once, after it, where gathering what it contracts would
-        # hold more than the budget allows).  Only where the plan says so:
-        # chosen by the bytes around the op alone, it would ignore the sum
-        # after it, on every plan.
-        plan = plan_from_axes(p, op, rule, wanted, factor_axes(
-            p, op, rule, wanted, partial_first=True))
-        return _remembered(p, key, rule, plan)
+    if planned is not None:
+        # The plan's own way (spmd-auto-shard's): its bytes and memory are
+        # what the plan was chosen by.  Chosen by the bytes around the op
+        # alone, it might gather a weight once and hold it to the backward,
+        # or sum a contraction whole on every device, where the plan turned
+        # that down for its memory budget.
+        return _remembered(p, key, rule, plan_from_axes(p, op, rule, wanted, list(planned)))
     # Where the result wants its factors (the reductions after them, or
     # before), or where the operands have them: the op then runs in place
     # and its (often smaller) result moves, as XLA's partitioner does when
@@ -181,6 +177,33 @@ def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
             plan = plan_from_axes(p, op, rule, wanted, axes)
             candidates.append((plan_reshard_bytes(p, op, plan), plan))
     return _remembered(p, key, rule, min(candidates, key=lambda c: c[0])[1])
+
+
+def _planned_axes(p: PartitionContext, op: ir.Operation, rule: OpRule) -> tuple | None:
+    """The axes per factor a plan wrote on `op` (`FACTOR_AXES`), or None;
+    a `ShardingError` where they are not a way to run it."""
+    if FACTOR_AXES not in op.attributes:
+        return None
+    try:
+        axes = tuple(tuple(ir.StringAttr(axis).value for axis in ir.ArrayAttr(factor))
+                     for factor in ir.ArrayAttr(op.attributes[FACTOR_AXES]))
+    except ValueError:
+        axes = None
+    if axes is None or len(axes) != rule.num_factors:
+        raise ShardingError(f"{FACTOR_AXES} must give the mesh axes of each of the op's "
+                            f"{rule.num_factors} factors, as an array of arrays of axis names")
+    named = [a for factor in axes for a in factor]
+    unknown = [a for a in named if a not in p.axis_size]
+    if unknown or len(set(named)) != len(named):
+        raise ShardingError(f"{FACTOR_AXES}: " + (
+            f"{unknown[0]!r} is not an axis of the mesh" if unknown
+            else "an axis runs two factors"))
+    for factor, factor_axes_ in enumerate(axes):
+        if rule.factor_sizes[factor] % p.mesh.axes_size(factor_axes_):
+            raise ShardingError(f"{FACTOR_AXES}: factor {factor} (size "
+                                f"{rule.factor_sizes[factor]}) does not split evenly over "
+                                f"{', '.join(factor_axes_)}")
+    return axes
 
 
 def _remembered(p: PartitionContext, key, rule: OpRule, plan: Plan) -> Plan:

@@ -55,9 +55,10 @@ from stablehlo_spmd import diagnostics
 from stablehlo_spmd.auto_sharding import (
     CostModel, InfeasibleBudget, Plan, Search, SearchTimeLimit, format_bytes)
 from stablehlo_spmd.errors import ShardingError, SpmdError
+from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    PARTIAL_MADE_HERE, checked_mesh, import_shardy, untuple_custom_calls)
+    FACTOR_AXES, checked_mesh, import_shardy, untuple_custom_calls)
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.passes.propagate import ModuleGraph
 from stablehlo_spmd.op_graph import NO_VALUE
@@ -238,8 +239,15 @@ def _write_plan(module: ir.Operation, graph: ModuleGraph, mesh: Mesh, plan: Plan
     graph.sum_targets = plan.sum_targets
     graph.write(module, mesh, False, False)
     for value, index in graph.ids.items():
-        if index in plan.partial_made_here and isinstance(value, ir.OpResult):
-            value.owner.attributes[PARTIAL_MADE_HERE] = ir.UnitAttr.get()
+        axes = plan.factor_axes.get(index)
+        if axes is not None and isinstance(value, ir.OpResult):
+            value.owner.attributes[FACTOR_AXES] = cached_attr(_factor_axes_text(axes))
+
+
+def _factor_axes_text(axes: tuple[tuple[str, ...], ...]) -> str:
+    """`module_shardings.FACTOR_AXES`'s value: [["model"], [], ["data"]]."""
+    return "[" + ", ".join("[" + ", ".join(f'"{axis}"' for axis in factor) + "]"
+                           for factor in axes) + "]"
 
 
 def _planned_text(pristine: str, context: ir.Context, mesh: Mesh, plan: Plan) -> str:

@@ -3,11 +3,13 @@
 // z = a @ b + c @ d with every operand split on the contraction dim over all
 // 8 devices, and z wanted whole.  Each dot leaves a Partial sum; summing each
 // at once would be two all-reduces of z, while the add is linear in both
-// partials, so the plan keeps them and sums once, where z leaves.
+// partials, so the plan keeps them and sums once, where z leaves.  Each dot
+// runs split over x on its contracted factor (the third, after the two free
+// ones), as the plan says, whatever else would move less around it.
 
 // CHECK-LABEL: func.func @two_partial_dots
-// CHECK: %[[AB:.*]] = stablehlo.dot_general %{{.*}}, %{{.*}}, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
-// CHECK: %[[CD:.*]] = stablehlo.dot_general %{{.*}}, %{{.*}}, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
+// CHECK: %[[AB:.*]] = stablehlo.dot_general %{{.*}}, %{{.*}}, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}", spmd.factor_axes = {{\[\[\], \[\], \["x"\]\]}}}
+// CHECK: %[[CD:.*]] = stablehlo.dot_general %{{.*}}, %{{.*}}, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}", spmd.factor_axes = {{\[\[\], \[\], \["x"\]\]}}}
 // CHECK: %[[Z:.*]] = stablehlo.add %[[AB]], %[[CD]] {mhlo.sharding = "{unreduced}"}
 // CHECK: %[[SUM:.*]] = stablehlo.custom_call @Sharding(%[[Z]]) {mhlo.sharding = "{replicated}"}
 // CHECK: return %[[SUM]]
@@ -28,8 +30,8 @@ func.func @two_partial_dots(
 // plan when every read paid for its own sum) moves z two times over.
 
 // CHECK-LABEL: func.func @one_sum_for_two_readers
-// CHECK: %[[AB:.*]] = stablehlo.dot_general %{{.*}}, %{{.*}}, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
-// CHECK: %[[CD:.*]] = stablehlo.dot_general %{{.*}}, %{{.*}}, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}"}
+// CHECK: %[[AB:.*]] = stablehlo.dot_general %{{.*}}, %{{.*}}, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}", spmd.factor_axes = {{\[\[\], \[\], \["x"\]\]}}}
+// CHECK: %[[CD:.*]] = stablehlo.dot_general %{{.*}}, %{{.*}}, contracting_dims = [1] x [0] {mhlo.sharding = "{unreduced}", spmd.factor_axes = {{\[\[\], \[\], \["x"\]\]}}}
 // CHECK: %[[Z:.*]] = stablehlo.add %[[AB]], %[[CD]] {mhlo.sharding = "{unreduced}"}
 // CHECK: %[[SUM:.*]] = stablehlo.custom_call @Sharding(%[[Z]])
 // CHECK-NOT: @Sharding

@@ -10,6 +10,8 @@ the partitioned text is checked for them too.
 
 import pathlib
 import re
+import subprocess
+import sys
 import warnings
 
 import jax
@@ -284,7 +286,7 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
                   %b: tensor<64x32xf32> {mhlo.sharding = "{replicated}"})
       -> (tensor<16x32xf32> {mhlo.sharding = "{replicated}"}) {
     %p = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0]
-      {mhlo.sharding = "{unreduced}", spmd.partial_made_here}
+      {mhlo.sharding = "{unreduced}", spmd.factor_axes = [[], [], ["x"]]}
       : (tensor<16x64xf32>, tensor<64x32xf32>) -> tensor<16x32xf32>
     return %p : tensor<16x32xf32>
   }
@@ -306,13 +308,38 @@ module attributes {spmd.mesh = #sdy.mesh<["x"=4]>} {
 def test_a_result_the_plan_makes_partial_splits_the_contraction_over_its_axes(
         made_here, expected):
     text = PARTIAL_FROM_UNSPLIT_OPERANDS if made_here else \
-        PARTIAL_FROM_UNSPLIT_OPERANDS.replace(", spmd.partial_made_here", "")
+        PARTIAL_FROM_UNSPLIT_OPERANDS.replace(', spmd.factor_axes = [[], [], ["x"]]', "")
     partitioned, counts = _run_and_compare(
         text, "builtin.module(spmd-partition)", [(16, 64), (64, 32)])
     contracted = expected.pop("contracted")
     assert {kind: n for kind, n in counts.items() if n} == expected
     assert re.search(rf"stablehlo\.dot_general .*\(tensor<\d+x{contracted}xf32>, "
                      rf"tensor<{contracted}x32xf32>\)", partitioned)
+
+
+@pytest.mark.parametrize("axes, message", [
+    ('[["x"]]', "must give the mesh axes of each of the op's 3 factors"),
+    ('[[], [], ["y"]]', "'y' is not an axis of the mesh"),
+    ('[["x"], [], ["x"]]', "an axis runs two factors"),
+    ('[[], ["x", "x"], []]', "an axis runs two factors"),
+    ('[[], [], [1]]', "must give the mesh axes"),
+])
+def test_factor_axes_that_are_no_way_to_run_the_op_are_refused_where_they_are_written(
+        axes, message, tmp_path):
+    text = PARTIAL_FROM_UNSPLIT_OPERANDS.replace('[[], [], ["x"]]', axes)
+    with pytest.raises(ss.SpmdError) as raised:
+        ss.partition(text)
+    source = tmp_path / "in.mlir"
+    source.write_text(text)
+    done = subprocess.run([sys.executable, "-m", "stablehlo_spmd.cli.opt", str(source),
+                           "--spmd-partition"], capture_output=True, text=True)
+    assert done.returncode == 1 and not done.stdout
+    # The op's line and column: the dot_general the attribute is on.
+    located = f"{source}:6:10: error: spmd.factor_axes"
+    assert done.stderr.splitlines()[-1].startswith(located), done.stderr
+    assert message in done.stderr.splitlines()[-1]
+    assert str(raised.value).split(": error: ", 1)[1] == \
+        done.stderr.splitlines()[-1].split(": error: ", 1)[1]
 
 
 PRODUCT_OF_TWO_PARTIALS = """
