@@ -99,7 +99,9 @@ backward, is copied to [h, k, d]; two transformer blocks at toy width,
 (`CostModel.float_compute_bytes`): XLA's CPU backend computes bf16 in f32,
 so there a bf16 temporary takes f32's bytes and a bf16-result contraction
 holds an f32 copy of each bf16 parameter it reads (one, for forward and
-backward alike).  XLA's fusion decides which values are buffers at all: a
+backward alike); but a bf16 product is rounded into a bf16 buffer that
+element-wise readers read as it is (`_Memory._rounded`), and a reshard's
+copy is f32, as the CPU backend's collectives are.  XLA's fusion decides which values are buffers at all: a
 value one op reads is computed inside it (`_Memory._fused`), and a
 broadcast's or an element-wise op's that several ops read is made again
 inside each where what it is made from is held until then anyway
@@ -112,13 +114,15 @@ holds temporaries of its size before the result is written
 moments' allocations).  The figure it is checked against is
 `runtime.memory_per_device`: XLA's own fusion, without the CPU backend's
 YNNPACK library fusions, which hold a norm's broadcasts as buffers (a fifth
-more on a Llama step; see there).  Within 1-4% of it on Llama-3-8B and 70B
-steps, SGD and AdamW, 2-4 layers on 64 and 256 devices.  Mixtral's step is
-overestimated (1.19x at 2 layers on 64 devices), not yet explained.  Left
-out: a reshard's slice that XLA makes again inside each reader, so that the
-buffer held is the whole block it slices (Mixtral's expert product at 60
-GiB, a time-limited plan: 896 MiB a layer where the search holds 224), and
-the fragmentation of XLA's heap (at toy widths a tenth of its temporaries:
+more on a Llama step; see there).  Within 1% of it on Llama-3-8B's
+full-depth steps, SGD and AdamW, on 64 and 256 devices, and within 2% at 4
+layers.  Mixtral's step is 1.05x at full depth at 80 GiB and 1.10x at 2
+layers (64 devices), but under budgets that push its plans to expert
+parallelism, 0.88x at full depth (60 GiB) and 0.91x at 8 layers (18 GiB):
+there XLA holds each layer's two expert products and the silu of one of
+them bf16 and the silu's f32 quotient, where the estimate holds one product
+bf16 and two values between them f32; the rest is not yet explained.  Left out: the fragmentation of
+XLA's heap (at toy widths a tenth of its temporaries:
 Mixtral's step at 0.88x, where its FSDP plan is at 1.00x; a best-fit
 packing of the estimate's own buffers fragments none).  Three effects
 measured on small programs are left out together, as counting one without

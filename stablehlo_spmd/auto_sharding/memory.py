@@ -128,10 +128,16 @@ class _Memory:
             for start, last, values in _merged(members[root]):
                 if not absorbed.isdisjoint(values) or self._fused(values, producer_of):
                     continue
-                held = self.computed_nbytes[root] if self._computed_wide(values) \
-                    else self.nbytes[root]
-                terms.append((root, unit, np.array([held / _shards(self.layouts, l)
-                                                    for l in layouts]), start, last))
+                wide = self.computed_nbytes[root]
+                held = wide if self._computed_wide(values) else self.nbytes[root]
+                shards = np.array([_shards(self.layouts, l) for l in layouts])
+                if held < wide and last > start and \
+                        self._computes_wide(producer_of.get(values[0], -1)):
+                    # A product rounded narrow is written wide, and rounded
+                    # into its narrow buffer before anything reads it.
+                    terms.append((root, unit, wide / shards, start, start))
+                    start += 1
+                terms.append((root, unit, held / shards, start, last))
         # The most the results' allocations hold of the temporaries, on any plan.
         self.lendable = sum(float(terms[term][2].max()) for term, birth in self.live_out
                             if birth > 0)
@@ -255,6 +261,8 @@ class _Memory:
     def _computes_wide(self, index: int) -> bool:
         """Whether node `index` is a contraction the target computes wider
         than its narrow result."""
+        if index < 0:
+            return False
         node = self.graph.nodes[index]
         result = node.results[0] if node.results else NO_VALUE
         return _is_contraction(node.rule) and not node.rule.windows and result != NO_VALUE \

@@ -176,22 +176,42 @@ func.func @main(%w: tensor<256x256xbf16>, %x: tensor<64x256xbf16>) -> tensor<64x
 """
 
 
-@pytest.mark.parametrize("target, peak", [
+BF16_PRODUCT_READ_TWICE = """
+func.func @main(%w: tensor<256x256xbf16>, %x: tensor<64x256xbf16>)
+    -> (tensor<64x256xbf16>, tensor<64x256xbf16>) {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0]
+      : (tensor<64x256xbf16>, tensor<256x256xbf16>) -> tensor<64x256xbf16>
+  %1 = stablehlo.tanh %0 : tensor<64x256xbf16>
+  %2 = stablehlo.exponential %0 : tensor<64x256xbf16>
+  return %1, %2 : tensor<64x256xbf16>, tensor<64x256xbf16>
+}
+"""
+
+
+@pytest.mark.parametrize("program, target, peak", [
     # Arguments w (128 KiB) and x (32 KiB), the result (32 KiB) and the
     # temporary %0 (32 KiB), each at its own width.
-    ("gpu", (128 + 32 + 32 + 32) * 1024),
+    (BF16_DOTS, "gpu", (128 + 32 + 32 + 32) * 1024),
     # XLA's CPU backend computes bf16 in f32: %0 takes 64 KiB, and the
     # dots read f32 copies of the arguments: w's (256 KiB), made once for
     # both dots, and x's (64 KiB), live until the first dot.
-    ("cpu", (128 + 32 + 32 + 64 + 256 + 64) * 1024),
-])
-def test_the_memory_estimate_counts_what_the_target_computes_in(target, peak):
+    (BF16_DOTS, "cpu", (128 + 32 + 32 + 64 + 256 + 64) * 1024),
+    # w, x, the product (32 KiB) and the two results.
+    (BF16_PRODUCT_READ_TWICE, "gpu", (128 + 32 + 32 + 64) * 1024),
+    # At the product: the f32 copies of w and x, and the product written
+    # f32 (64 KiB), before it is rounded into the bf16 buffer its two
+    # element-wise readers read.
+    (BF16_PRODUCT_READ_TWICE, "cpu", (128 + 32 + 256 + 64 + 64 + 64) * 1024),
+], ids=["dots-gpu", "dots-cpu", "product-gpu", "product-cpu"])
+def test_the_memory_estimate_counts_what_the_target_computes_in(program, target, peak):
     with make_context() as context, diagnostics.collecting(diagnostics.DiagnosticEngine()):
-        module = parse_module(BF16_DOTS, "<test>", context)
+        module = parse_module(program, "<test>", context)
         # One device: every strategy holds the whole of every value.
         found = auto_shard_module(module.operation, AutoShardPass(mesh="x=1", target=target))
     assert found is not None
     assert found.plan.peak_memory == peak
+    if target == "cpu":
+        assert peak == pytest.approx(runtime.memory_per_device(program), rel=0.02)
 
 
 def test_the_cpu_estimate_of_a_bf16_program_is_near_xlas_analysis():
