@@ -425,7 +425,14 @@ class _Milp:
         children.append({start + s: 0.0 for s in support})
         solved_children = []
         least = math.inf
+        # Each child starts from its parent's optimum, not from where its
+        # sibling ended: after a sibling proved infeasible there, the toy
+        # Mixtral step's next child took 13.4 s (20k iterations), and 5.6 s
+        # from its parent's.  Mixtral's full-depth step at 80 GiB: its bounded
+        # relaxation and division, 42.8 s -> 32.2 s, to the same plan.
+        parent = highs.getBasis()
         for child in children:
+            highs.setBasis(parent)
             fix = {**fixed, **child}
             columns = np.fromiter(fix, dtype=np.int32, count=len(fix))
             values = np.fromiter(fix.values(), dtype=float, count=len(fix))
