@@ -228,9 +228,9 @@ class _Memory:
         1.03x at 8 layers on 64 devices)."""
         if self.computed_nbytes[buffer[0]] == self.nbytes[buffer[0]]:
             return False
-        readers = [index for value in buffer for index, _ in self.consumers[value]]
         if any(self._rounded(value) for value in buffer):
             return any(self._read_by_wide_contraction(value) for value in buffer)
+        readers = [index for value in buffer for index, _ in self.consumers[value]]
         return not readers or not all(self._reads_narrow(index) for index in readers)
 
     def _rounded(self, value: int, depth: int = 3) -> bool:
@@ -246,7 +246,7 @@ class _Memory:
             return False
         index = found[0][0]
         node = self.graph.nodes[index]
-        if node.label in ("stablehlo.transpose", "stablehlo.reshape") and node.operands:
+        if node.label in _LAYOUT_LABELS and node.operands:
             return self._rounded(node.operands[0], depth - 1)
         return self._computes_wide(index)
 
@@ -257,7 +257,7 @@ class _Memory:
             node = self.graph.nodes[index]
             if self._computes_wide(index):
                 return True
-            if depth and node.label in ("stablehlo.transpose", "stablehlo.reshape") and \
+            if depth and node.label in _LAYOUT_LABELS and \
                     node.results and node.results[0] != NO_VALUE and \
                     self._read_by_wide_contraction(node.results[0], depth - 1):
                 return True
@@ -577,6 +577,9 @@ class _Memory:
 
 
 # Ops XLA's loop and input fusions compute with their operands' producers inside.
+# Ops that only lay a value out again: what is true of a product is true of them.
+_LAYOUT_LABELS = frozenset({"stablehlo.transpose", "stablehlo.reshape"})
+
 _FUSING_LABELS = frozenset({
     "stablehlo.reduce", "stablehlo.transpose", "stablehlo.reshape", "stablehlo.slice",
     "stablehlo.concatenate", "stablehlo.pad", "stablehlo.reverse", "stablehlo.dynamic_slice"})

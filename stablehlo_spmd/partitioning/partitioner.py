@@ -45,8 +45,8 @@ from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
-    FACTOR_AXES, MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values, functions,
-    is_manual_boundary, read_hlo)
+    FACTOR_AXES, MESH_ATTR, MHLO_SHARDING, NUM_PARTITIONS, ShardedValue, function_values,
+    functions, is_manual_boundary, read_hlo)
 from stablehlo_spmd.op_rules import REMADE_NOT_MOVED
 from stablehlo_spmd.partitioning.context import (
     EFFECTFUL, PartitionContext, RegionShardings, erase_unused)

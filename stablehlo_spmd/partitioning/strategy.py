@@ -128,7 +128,8 @@ def plan_from_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted, 
 def _cheapest_rule_plan(p: PartitionContext, op: ir.Operation) -> Plan | None:
     """`rule_plan`, seating an axis that both a result dim and a reduced dim
     want where it moves fewer bytes: on the result (move the operands) or on
-    the reduction (reduce-scatter the local partial)."""
+    the reduction (reduce-scatter the local partial); or, where a plan wrote
+    the op's axes (`FACTOR_AXES`), as it wrote them."""
     rule = op_rules.rule_for(op)
     if rule is None or not rule.keeps_attributes:
         return None
@@ -243,8 +244,7 @@ RULE_DRIVEN = Strategy(_cheapest_rule_plan, _emit_by_rule, local=True)
 
 
 def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: list[Sharding],
-                reduction_first: bool = False, operands_first: bool = False,
-                partial_first: bool = False) -> list[tuple]:
+                reduction_first: bool = False, operands_first: bool = False) -> list[tuple]:
     """The mesh axes each factor runs over in the per-device op.
 
     Each factor takes the axes the op's result sharding gives it (REDUCTION
@@ -254,8 +254,7 @@ def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: lis
     `operands_first`, each factor takes the axes the operands have instead
     (the op runs where its operands are), and the result's only for the
     factors no operand splits (less the axes the operands hold, where no
-    factor is contracted).  With `partial_first`, a sum's REDUCTION factor
-    takes the axes its result is wanted Partial over.
+    factor is contracted).
     """
     mesh = p.mesh
     axes: list[tuple] = [()] * rule.num_factors
@@ -279,23 +278,6 @@ def factor_axes(p: PartitionContext, op: ir.Operation, rule: OpRule, wanted: lis
         if not assigned[factor]:
             free = tuple(a for a in dealt if a not in held_by_operands)
             axes[factor], assigned[factor] = free, True
-    if partial_first:
-        # A result wanted Partial over some axes is the sum over them left
-        # unmade: a contracted factor runs over them, wherever the operands
-        # are.  (A Partial an operand carries in flows through instead.)
-        carried = {a for v in op.operands for a in getattr(p.shardings.get(v), "unreduced", ())}
-        partial = tuple(a for a in next((s.unreduced for s in wanted
-                                         if s is not None and s.unreduced), ())
-                        if a not in carried)
-        # The factor an operand already splits over them, else the first
-        # they divide; in an operand's order of them, where one holds them
-        # all (a Partial's axes have no order, a split's do).
-        held = {f: dealt for f, dealt in operand_axes if set(dealt) == set(partial)}
-        fits = [f for f, kind in enumerate(rule.factor_kinds)
-                if partial and kind is FactorKind.REDUCTION and not assigned[f]
-                and rule.factor_sizes[f] % mesh.axes_size(partial) == 0]
-        for factor in sorted(fits, key=lambda f: f not in held)[:1]:
-            axes[factor], assigned[factor] = tuple(held.get(factor, partial)), True
     for factor, dealt in operand_axes:
         if not assigned[factor] and rule.factor_kinds[factor] is FactorKind.REDUCTION:
             axes[factor], assigned[factor] = dealt, True
