@@ -15,6 +15,8 @@ Its files, each reading only those above it:
 - `clustering.py`: value classes (tied values) and variable classes
   (repeated layers);
 - `memory.py`: the memory terms, the rows that bound them, a plan's peak;
+- `symmetry.py`: which plans are mirror images (two mesh axes of one size
+  swapped), so that the solver divides on a plan and its mirror once;
 - `program.py`: the 0-1 program and its solver (`_Milp`);
 - `search.py`: `Search`, the decision units and their edges, and the
   measured loop that solves them.

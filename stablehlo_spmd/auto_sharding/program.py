@@ -15,7 +15,8 @@ is divided on the class whose blended choices differ most in the bytes a
 bounded point holds, a few levels deep, each child's LP solved on that
 instance from its parent's basis and rounded the same way: a small branch
 and bound that needs none of the cuts the whole program spends its root on
-(`_Milp._divide`).  Where that proof falls short too, the whole 0-1 program
+(`_Milp._divide`), and that divides on a plan and its mirror (two mesh axes
+of one size swapped, `symmetry.py`) once.  Where that proof falls short too, the whole 0-1 program
 is solved (highspy too: scipy's `milp` bundles an older HiGHS, whose branch
 and bound took 57 s on Mixtral's bounded forward where highspy 1.16 took
 9.6 s, to a dearer plan), stopped within 0.2% of the optimum, or 2% with
@@ -128,6 +129,38 @@ class _Milp:
         self.proved = False     # whether the last `solve` proved its plan within its gap
         self._base_csc = None   # the same matrix by columns, for `_on_support`
         self._held_rows = 0     # how many memory rows the instance holds
+        # Per mirror swap the objective bears out (`take_mirrors`): each
+        # column's mirror column.
+        self.mirrors: list[np.ndarray] = []
+
+    def take_mirrors(self, swaps: list[dict[int, np.ndarray]]) -> None:
+        """Keep each swap of `symmetry.axis_swaps` under which the program's
+        columns, their costs and their bounds are the same: as a permutation
+        of the columns (a pair variable goes to the pair of its strategy
+        groups' mirrors)."""
+        self.mirrors = []
+        for swap in swaps:
+            permutation = self._permutation(swap)
+            if permutation is not None and _same_under(self.objective, permutation) \
+                    and np.array_equal(self.upper[permutation], self.upper):
+                self.mirrors.append(permutation)
+
+    def _permutation(self, swap: dict[int, np.ndarray]) -> np.ndarray | None:
+        permutation = np.arange(self.variables)
+        for cls, start in self.offsets.items():
+            mirror = swap.get(cls)
+            if mirror is None or len(mirror) != self.class_size[cls]:
+                return None
+            permutation[start:start + len(mirror)] = start + mirror
+        for (a, b), (base, row_group, col_group, n_cols) in self.pairs.items():
+            rows = _group_image(row_group, swap[a])
+            cols = _group_image(col_group, swap[b])
+            if rows is None or cols is None:
+                return None
+            n_rows = len(rows)
+            image = base + rows[:, None] * n_cols + cols[None, :]
+            permutation[base:base + n_rows * n_cols] = image.ravel()
+        return permutation
 
     def _columns(self, memory_row: dict) -> tuple[np.ndarray, np.ndarray]:
         """A memory row (unit -> bytes per strategy; (source unit, reader
@@ -386,12 +419,15 @@ class _Milp:
         for row, (cols, values) in zip(held, columns):
             choices = cols < self.n_choice
             row[cols[choices]] = values[choices]
+        mirrors = [m for m in self.mirrors if all(
+            _same_under(_dense(cols, values, self.variables), m) for cols, values in columns)]
         best, bound = self._divide(bounded, run, held, memory_rows, budget, deadline,
-                                   x, bound, {}, DIVIDE_DEPTH, best)
+                                   x, bound, {}, DIVIDE_DEPTH, best, mirrors)
         return best, best is not None and best[1] - bound <= BOUNDED_GAP * abs(best[1])
 
     def _divide(self, highs, run, held: np.ndarray, memory_rows, budget, deadline: float,
-                x: np.ndarray, bound: float, fixed: dict, depth: int, best):
+                x: np.ndarray, bound: float, fixed: dict, depth: int, best,
+                mirrors: list[np.ndarray] = ()):
         """(the best plan found, a bound on every plan) below an LP node.
 
         A bounded LP blends a plan over the budget with one under it: the
@@ -421,7 +457,13 @@ class _Milp:
         if depth == 0 or blended is None or time.perf_counter() >= deadline:
             return best, bound
         start, support, size = blended
-        children = [{start + j: float(j == s) for j in range(size)} for s in support]
+        # Under a swap that keeps this node's fixings, a plan and its mirror
+        # are both in it: a child whose choice's mirror comes first is
+        # dropped, its plans' mirrors are in that one's child, or in the
+        # last child, where the mirror is not among the support.
+        mirrored = [m for m in mirrors if all(fixed.get(m[c]) == v for c, v in fixed.items())]
+        children = [{start + j: float(j == s) for j in range(size)} for s in support
+                    if not any(m[start + s] < start + s for m in mirrored)]
         children.append({start + s: 0.0 for s in support})
         solved_children = []
         least = math.inf
@@ -461,7 +503,7 @@ class _Milp:
             if best is None or best[1] - child_bound > BOUNDED_GAP * abs(best[1]):
                 best, child_bound = self._divide(highs, run, held, memory_rows, budget,
                                                  deadline, child_x, child_bound, fix,
-                                                 depth - 1, best)
+                                                 depth - 1, best, mirrors)
             least = min(least, child_bound)
         return best, least
 
@@ -621,3 +663,28 @@ def _distinct(items: list, key=id) -> tuple[list, list[int]]:
             found.append(item)
         positions.append(position)
     return found, positions
+
+
+def _group_image(group: np.ndarray, mirror: np.ndarray) -> np.ndarray | None:
+    """Per group of strategies (`group`: each strategy's), the group its
+    strategies' mirrors are in; None where they are in several."""
+    image = np.full(group.max() + 1, -1, dtype=np.int64)
+    mirrored = group[mirror]
+    for g, m in zip(group, mirrored):
+        if image[g] < 0:
+            image[g] = m
+        elif image[g] != m:
+            return None
+    return image
+
+
+def _dense(cols: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    row = np.zeros(n)
+    row[cols] = values
+    return row
+
+
+def _same_under(vector: np.ndarray, permutation: np.ndarray) -> bool:
+    """Whether `vector` is unchanged by `permutation`, to a billionth of its largest entry."""
+    scale = float(np.max(np.abs(vector), initial=0.0))
+    return bool(np.all(np.abs(vector[permutation] - vector) <= 1e-9 * scale))

@@ -27,6 +27,7 @@ from stablehlo_spmd.auto_sharding.memory import _Memory
 from stablehlo_spmd.auto_sharding.program import BOUNDED_GAP, _distinct, _Milp, _Unit
 from stablehlo_spmd.auto_sharding.strategies import (
     Strategy, _is_contraction, _Layouts, _shards, _Strategies)
+from stablehlo_spmd.auto_sharding.symmetry import axis_swaps
 from stablehlo_spmd.op_graph import NO_VALUE, Node
 from stablehlo_spmd.op_rules import REMADE_NOT_MOVED, FactorKind
 from stablehlo_spmd.sharding import Sharding
@@ -380,7 +381,10 @@ class Search(_Memory):
             for i, held in enumerate(rows[0]):
                 for j, (strategy, layout) in enumerate(zip(self.node_strategy[reader], kept)):
                     wanted = strategy.operands[position]
-                    if held is None or wanted is None:
+                    # A layout the op cannot write is never chosen (its
+                    # strategy costs infinity), and its stand-in strategy
+                    # (`_add_stored_follower`) reads no layout of its own.
+                    if held is None or wanted is None or math.isinf(strategy.cost):
                         continue
                     price = self.cost(held, wanted, value)
                     if price and not held.unreduced:
@@ -522,8 +526,10 @@ class Search(_Memory):
             for _value, unit, per_device, _born, _last in memory:
                 linear[unit] = linear[unit] + tie_break * per_device
             self._prefer(linear)
-            self._built = (_Milp(self.units, self.variable_classes, linear, blocks), memory,
-                           tie_break)
+            problem = _Milp(self.units, self.variable_classes, linear, blocks)
+            problem.take_mirrors(axis_swaps(self.units, self.variable_classes,
+                                            self.layouts.axis_size))
+            self._built = (problem, memory, tie_break)
         return self._built
 
     def _choices(self, values: Iterable[int]):

@@ -561,6 +561,93 @@ def _three_switches(ballast: float | None = None):
     return problem, [{unit: np.array([10.0, 2.0]) for unit in range(3)}]
 
 
+
+def _mirrored_switches(y_cost: float = 3.0, y_holds: float = 2.0):
+    """Three units that each keep 10 bytes, or hold 2 laid out over ``x``
+    or over ``y`` at a cost (3, 5, 4), and pay 2 to differ from a neighbour;
+    against a budget of 20 two must switch.  Swapping ``x`` and ``y``
+    changes nothing where unit 0's ``y`` costs and holds what its ``x``
+    does (`y_cost`, `y_holds`): then the optimum, units 0 and 1 switched
+    alike (3 + 5 + 2), has a mirror."""
+    units = [_Unit("value", i, ["keep", "x", "y"]) for i in range(3)]
+    linear = [np.array([0.0, c, c]) for c in (3.0, 5.0, 4.0)]
+    linear[0][2] = y_cost
+    differ = np.array([[0.0, 2.0, 2.0], [2.0, 0.0, 2.0], [2.0, 2.0, 0.0]])
+    problem = _Milp(units, [0, 1, 2], linear, {(0, 1): differ, (1, 2): differ})
+    rows = [{unit: np.array([10.0, 2.0, 2.0]) for unit in range(3)}]
+    rows[0][0] = np.array([10.0, 2.0, y_holds])
+    return problem, rows, [{cls: np.array([0, 2, 1]) for cls in range(3)}]
+
+
+def _record_divisions(monkeypatch) -> list:
+    """(the columns fixed, the mirrors used) at each node the division divides."""
+    nodes = []
+    divide = _Milp._divide
+
+    def spy(self, *args):
+        nodes.append((dict(args[8]), len(args[11]) if len(args) > 11 else 0))
+        return divide(self, *args)
+
+    monkeypatch.setattr(_Milp, "_divide", spy)
+    return nodes
+
+
+def test_a_plan_and_its_mirror_are_divided_on_once(monkeypatch):
+    """The LP blends unit 0's ``x`` with its ``y``.  Without the swap both
+    children are solved and divided; with it, ``y``'s child is not (its
+    plans' mirrors are in ``x``'s), and the same optimum is proved."""
+    nodes = _record_divisions(monkeypatch)
+    problem, rows, _ = _mirrored_switches()
+    answer = problem.relaxed(rows, 20.0, time_limit=30)
+    without = list(nodes)
+    nodes.clear()
+    problem, rows, swaps = _mirrored_switches()
+    problem.take_mirrors(swaps)
+    assert len(problem.mirrors) == 1
+    assert problem.relaxed(rows, 20.0, time_limit=30)[0][1] == answer[0][1] == 10.0
+    assert answer[1]
+    assert any(fixed.get(2) == 1.0 for fixed, _ in without)   # unit 0 on y, divided
+    assert not any(fixed.get(2) == 1.0 for fixed, _ in nodes)
+    assert len(nodes) < len(without)
+
+
+def test_a_swap_the_costs_do_not_bear_out_is_not_kept():
+    problem, _, swaps = _mirrored_switches(y_cost=3.5)
+    problem.take_mirrors(swaps)
+    assert problem.mirrors == []
+
+
+def test_a_swap_a_memory_row_does_not_bear_out_is_not_used(monkeypatch):
+    """Unit 0's ``y`` holds a byte more than its ``x``: the costs are the
+    swap's, the row is not, and the division uses no mirror."""
+    nodes = _record_divisions(monkeypatch)
+    problem, rows, swaps = _mirrored_switches(y_holds=3.0)
+    problem.take_mirrors(swaps)
+    assert len(problem.mirrors) == 1
+    (_, cost), proved = problem.relaxed(rows, 20.0, time_limit=30)
+    assert proved and cost == 10.0
+    assert nodes and all(used == 0 for _, used in nodes)
+
+
+@pytest.mark.parametrize("mesh, mirrors", [("x=2,y=2", 1), ("x=2,y=4", 0)])
+def test_only_axes_of_one_size_are_mirrors(mesh, mirrors):
+    with make_context() as context:
+        module = parse_module(_mlp_text(), "<test>", context)
+        graph, _ = _read(module.operation, Mesh.from_string(mesh))
+        search = Search(graph.search_graph(carried_pairs(*graph.entry_values())))
+    assert len(search._problem()[0].mirrors) == mirrors
+
+
+def test_a_layout_pinned_on_one_axis_tells_the_axes_apart():
+    """``x`` split over ``a`` alone: a plan and its mirror no longer cost
+    the same, and no swap is kept."""
+    text = ss.annotate(_mlp_text(), "a=2,b=2", [(r"^x$", ("a",))])
+    with make_context() as context:
+        module = parse_module(text, "<test>", context)
+        graph, _ = _read(module.operation, Mesh.from_string("a=2,b=2"))
+        search = Search(graph.search_graph(carried_pairs(*graph.entry_values())))
+    assert search._problem()[0].mirrors == []
+
 @pytest.fixture
 def undivided(monkeypatch):
     """Bounded LPs are not divided: the whole 0-1 program decides what the
