@@ -118,12 +118,12 @@ moments' allocations).  The figure it is checked against is
 YNNPACK library fusions, which hold a norm's broadcasts as buffers (a fifth
 more on a Llama step; see there).  Within 1% of it on Llama-3-8B's
 full-depth steps, SGD and AdamW, on 64 and 256 devices, and within 2% at 4
-layers.  Mixtral's step is 1.05x at full depth at 80 GiB and 1.10x at 2
-layers (64 devices), but under budgets that push its plans to expert
-parallelism, 0.88x at full depth (60 GiB) and 0.91x at 8 layers (18 GiB):
-there XLA holds each layer's two expert products and the silu of one of
-them bf16 and the silu's f32 quotient, where the estimate holds one product
-bf16 and two values between them f32; the rest is not yet explained.  Left out: the fragmentation of
+layers.  Mixtral's step is 1.05x at 2 layers and 1.04-1.05x at 8 (64
+devices), its expert-parallel plans too: XLA holds each layer's two expert
+products bf16, widening one inside the silu's ops (`_Memory._remade_in_readers`),
+the silu's f32 quotient (an expensive op is never made twice,
+`_Memory._expensive`) and its bf16 rounding (`_Memory._narrowed`); with the
+silu a call held once for all layers, the estimate was 0.91x.  Left out: the fragmentation of
 XLA's heap (at toy widths a tenth of its temporaries:
 Mixtral's step at 0.88x, where its FSDP plan is at 1.00x; a best-fit
 packing of the estimate's own buffers fragments none).  Three effects

@@ -40,12 +40,10 @@ class _Memory:
         buffers, one per call: so a class holds one buffer per run of
         overlapping member spans, each member live from its definition (its
         first read, where nothing in the graph defines it) to its last use in
-        program order.  Calls' values that overlap (a jitted silu's, saved
-        by each layer for the backward) are one run, so one buffer: counted
-        one per call site instead, Mixtral's step at 8 layers went from 1.03x
-        of XLA's figure to 1.30x and Llama-3-8B's from 0.98-1.02x to
-        1.06-1.09x, as XLA's fusion makes most of them again inside their
-        readers.  Arguments and results live throughout: XLA gives each
+        program order.  ``spmd-auto-shard`` inlines calls first, as XLA
+        does (`passes/inline_calls.py`), so calls reach here only where a
+        callee keeps a sharding of its own; their values that overlap are
+        one run, so one buffer.  Arguments and results live throughout: XLA gives each
         its own allocation, never shared with a temporary, and its memory
         analysis counts them so.  A value XLA fuses into its one reader (see
         `_fused`) is never a buffer of its own.
@@ -151,17 +149,26 @@ class _Memory:
     def _remade_in_readers(self, spans: dict[int, list[int]], producer_of: dict[int, int],
                            held_throughout) -> set[int]:
         """The values XLA makes again inside each of their readers instead of
-        holding: a broadcast's or an element-wise op's, read by several ops
+        holding: a broadcast's or a cheap element-wise op's (not `_expensive`:
+        XLA computes no exponential or quotient twice), read by several ops
         that all fuse it (`_fuses_producers`), where what it is made from is
         held until its last reader anyway (an argument, a constant, a value
         still read later, or another such value).  XLA's fusion duplicates a
         cheap producer into every consumer; holding its result would add a
         buffer where remaking it adds none.  A norm's ``x * rsqrt(mean)``,
         saved for the backward by autodiff, is the common case: x and the
-        statistic are held for the backward already.  (A value with one
-        reader is `_fused`.)"""
+        statistic are held for the backward already.  A float widened (bf16
+        to f32) is remade whatever its operand's span: XLA holds the narrow
+        value until the widening's last reader instead (Mixtral's expert
+        product, widened for a silu and its backward: its step's estimate at
+        8 layers went from 1.07x of XLA's figure to 1.00x).  (A value with
+        one reader is `_fused`.)"""
         graph = self.graph
         remade: set[int] = set()
+
+        def cheap(node) -> bool:
+            return not node.is_tie and (node.rule.elementwise or node.is_broadcast) \
+                and not self._expensive(node)
 
         def held_until(value: int, last: int, depth: int = 3) -> bool:
             """Whether `value` can be read at `last` at no extra memory: it is
@@ -171,14 +178,15 @@ class _Memory:
                     or (span is not None and span[1] >= last):
                 return True
             node = graph.nodes[producer_of[value]] if value in producer_of else None
-            return depth > 0 and node is not None and not node.is_tie \
-                and (node.rule.elementwise or node.is_broadcast) \
+            return depth > 0 and node is not None and cheap(node) \
                 and all(held_until(operand, last, depth - 1) for operand in node.operands
                         if operand != NO_VALUE)
 
-        for index in self.real_nodes:
+        # Last first: a widening remade stretches its operand, which may be
+        # the operand of another.
+        for index in reversed(self.real_nodes):
             node = graph.nodes[index]
-            if len(node.results) != 1 or not (node.rule.elementwise or node.is_broadcast):
+            if len(node.results) != 1 or not cheap(node):
                 continue
             value = node.results[0]
             if value == NO_VALUE or value not in spans or value in self.free_sources \
@@ -189,10 +197,45 @@ class _Memory:
                     self._fuses_producers(reader) for reader, _ in reads):
                 continue
             last = spans[value][1]
-            if all(held_until(operand, last) for operand in node.operands
-                   if operand != NO_VALUE):
+            operands = [operand for operand in node.operands if operand != NO_VALUE]
+            if self._widening(node) and self._rounded(operands[0]):
+                operand = operands[0]
+                span = spans.get(operand)
+                if span is not None and operand not in self.free_sources \
+                        and not held_throughout[self.root[operand]]:
+                    span[1] = max(span[1], last)
+                remade.add(value)
+            elif all(held_until(operand, last) for operand in operands):
                 remade.add(value)
         return remade
+
+    def _widening(self, node) -> bool:
+        """Whether `node` converts a float to a wider float."""
+        floating = self.graph.floating
+        if node.label != "stablehlo.convert" or not floating:
+            return False
+        source, result = node.operands[0], node.results[0]
+        return source != NO_VALUE and result != NO_VALUE and floating[source] \
+            and floating[result] \
+            and self.graph.element_bytes[result] > self.graph.element_bytes[source]
+
+    def _expensive(self, node) -> bool:
+        """Whether XLA's fusion keeps `node`'s value rather than compute it
+        again in each reader: a transcendental function, a float quotient, or
+        a rounding of a float to a narrower one (XLA's own list)."""
+        if node.label in _EXPENSIVE_LABELS:
+            return True
+        floating = self.graph.floating
+        result = node.results[0] if node.results else NO_VALUE
+        if result == NO_VALUE or not floating or not floating[result]:
+            return False   # an integer quotient: of index arithmetic, by a constant
+        if node.label in _QUOTIENT_LABELS:
+            return True
+        if node.label == "stablehlo.convert":
+            source = node.operands[0]
+            return source != NO_VALUE and floating[source] \
+                and self.graph.element_bytes[result] < self.graph.element_bytes[source]
+        return False
 
     def _fuses_producers(self, index: int) -> bool:
         """Whether XLA's loop fusion computes node `index` with its operands'
@@ -230,17 +273,32 @@ class _Memory:
             return False
         if any(self._rounded(value) for value in buffer):
             return any(self._read_by_wide_contraction(value) for value in buffer)
+        if any(self._narrowed(value) for value in buffer):
+            return any(self._read_by_wide_contraction(value, any_width=True) for value in buffer)
         readers = [index for value in buffer for index, _ in self.consumers[value]]
         return not readers or not all(self._reads_narrow(index) for index in readers)
+
+    def _narrowed(self, value: int) -> bool:
+        """Whether `value` is the program's own rounding of a float to a
+        narrower one, held as a buffer: XLA counts that rounding expensive
+        (`_expensive`), makes it once, and holds its narrow result where
+        element-wise ops read it.  A contraction the target computes wide
+        reads it through a widening of its own, and XLA drops the round trip:
+        the wide value is held (a mixed-precision MLP's bf16 inputs to its
+        f32 matmuls, a Llama's bf16 attention weights).  (Counted wide,
+        Mixtral's silu output, rounded to bf16 and saved for the backward,
+        took f32's bytes: 1.07x of XLA's figure at 8 layers, 1.01x narrow.)"""
+        found = self.producers.get(self.root[value])
+        if not found or len(found) != 1:
+            return False
+        node = self.graph.nodes[found[0][0]]
+        return node.label == "stablehlo.convert" and self._expensive(node)
 
     def _rounded(self, value: int, depth: int = 3) -> bool:
         """Whether `value` is a narrow value rounded from a wide one in a
         buffer of its own: a contraction's product the target computes wide
         (a product is not fused into its readers), or a transpose or
-        reshape of one.  (Not the program's own converts to the narrow
-        type: counted narrow too, Mixtral's step at 8 layers went from 1.03x
-        of XLA's figure to 0.95x, and the mixed-precision MLP from 0.91x to
-        0.87x.)"""
+        reshape of one.  (The program's own roundings are `_narrowed`.)"""
         found = self.producers.get(self.root[value])
         if not found or len(found) != 1 or depth == 0:
             return False
@@ -250,16 +308,18 @@ class _Memory:
             return self._rounded(node.operands[0], depth - 1)
         return self._computes_wide(index)
 
-    def _read_by_wide_contraction(self, value: int, depth: int = 3) -> bool:
-        """Whether a contraction computed wide reads `value`, or a transpose
-        or reshape of it."""
+    def _read_by_wide_contraction(self, value: int, depth: int = 3,
+                                  any_width: bool = False) -> bool:
+        """Whether a contraction computed wide (`any_width`: any contraction)
+        reads `value`, or a transpose or reshape of it."""
         for index, _ in self.consumers[value]:
             node = self.graph.nodes[index]
-            if self._computes_wide(index):
+            if self._computes_wide(index) or (any_width and _is_contraction(node.rule)
+                                              and not node.rule.windows):
                 return True
             if depth and node.label in _LAYOUT_LABELS and \
                     node.results and node.results[0] != NO_VALUE and \
-                    self._read_by_wide_contraction(node.results[0], depth - 1):
+                    self._read_by_wide_contraction(node.results[0], depth - 1, any_width):
                 return True
         return False
 
@@ -576,10 +636,18 @@ class _Memory:
         return peak, at
 
 
-# Ops XLA's loop and input fusions compute with their operands' producers inside.
+# Element-wise ops XLA's fusion does not duplicate into several readers
+# (`InstructionFusion::IsExpensive`): transcendental functions (not sine,
+# cosine and tangent of reals, which it counts cheap) and float division.
+_EXPENSIVE_LABELS = frozenset(f"stablehlo.{name}" for name in (
+    "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "power",
+    "rsqrt", "sqrt", "cbrt", "tanh", "atan2", "erf", "erf_inv"))
+_QUOTIENT_LABELS = frozenset({"stablehlo.divide", "stablehlo.remainder"})
+
 # Ops that only lay a value out again: what is true of a product is true of them.
 _LAYOUT_LABELS = frozenset({"stablehlo.transpose", "stablehlo.reshape"})
 
+# Ops XLA's loop and input fusions compute with their operands' producers inside.
 _FUSING_LABELS = frozenset({
     "stablehlo.reduce", "stablehlo.transpose", "stablehlo.reshape", "stablehlo.slice",
     "stablehlo.concatenate", "stablehlo.pad", "stablehlo.reverse", "stablehlo.dynamic_slice"})

@@ -88,5 +88,6 @@ def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
 def registered_passes() -> dict[str, type[ModulePass]]:
     # Importing the pass modules registers them; done lazily to keep this
     # module free of import cycles.
-    from stablehlo_spmd.passes import annotate, auto_shard, partition, propagate  # noqa: F401
+    from stablehlo_spmd.passes import (  # noqa: F401
+        annotate, auto_shard, inline_calls, partition, propagate)
     return PASS_REGISTRY

@@ -1,6 +1,8 @@
 """``spmd-auto-shard``: choose every value's sharding from a mesh and a memory budget.
 
-The pass reads the module into the propagation graph (`ModuleGraph`, the
+The pass inlines the module's calls as XLA does (``spmd-inline-calls``: the
+search prices the program XLA compiles, a layer's jitted silu once per
+layer), reads it into the propagation graph (`ModuleGraph`, the
 one ``spmd-propagate`` builds), hands it to the search (`auto_sharding/`),
 and writes the plan back the way ``spmd-propagate`` writes its answer: an
 ``mhlo.sharding`` on every op and function argument and result, and a
@@ -60,6 +62,7 @@ from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.module_shardings import (
     FACTOR_AXES, checked_mesh, import_shardy, untuple_custom_calls)
 from stablehlo_spmd.passes import ModulePass, register_pass
+from stablehlo_spmd.passes.inline_calls import inline_calls
 from stablehlo_spmd.passes.propagate import ModuleGraph
 from stablehlo_spmd.op_graph import NO_VALUE
 from stablehlo_spmd.propagation import ValueState
@@ -169,6 +172,8 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass,
     except (ValueError, ShardingError) as error:
         diagnostics.error(module.location, f"spmd-auto-shard: {error}")
         return None
+    # The program XLA compiles has its calls inlined: so is the one searched.
+    inline_calls(module)
     pristine = module.get_asm(enable_debug_info=True) if memory_check and budget else None
     found = _read(module, mesh)
     if found is None:
