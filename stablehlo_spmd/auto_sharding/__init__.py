@@ -116,9 +116,9 @@ holds temporaries of its size before the result is written
 moments' allocations).  The figure it is checked against is
 `runtime.memory_per_device`: XLA's own fusion, without the CPU backend's
 YNNPACK library fusions, which hold a norm's broadcasts as buffers (a fifth
-more on a Llama step; see there).  Within 1% of it on Llama-3-8B's
-full-depth steps, SGD and AdamW, on 64 and 256 devices, and within 2% at 4
-layers.  Mixtral's step is 1.05x at 2 layers and 1.04-1.05x at 8 (64
+more on a Llama step; see there).  Within 2% of it on Llama-3-8B's steps
+at 4 layers, SGD and AdamW, but 1.05x at full depth on 64 devices and 1.09x
+on 256: a part counted per layer is high, not yet found.  Mixtral's step is 1.05x at 2 layers and 1.04-1.05x at 8 (64
 devices), its expert-parallel plans too: XLA holds each layer's two expert
 products bf16, widening one inside the silu's ops (`_Memory._remade_in_readers`),
 the silu's f32 quotient (an expensive op is never made twice,
