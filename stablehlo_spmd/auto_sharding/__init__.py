@@ -118,10 +118,11 @@ moments' allocations).  The figure it is checked against is
 YNNPACK library fusions, which hold a norm's broadcasts as buffers (a fifth
 more on a Llama step; see there).  Within 2% of it on Llama-3-8B's steps
 at 4 layers, SGD and AdamW, but 1.05x at full depth on 64 devices and 1.09x
-on 256: a part counted per layer is high, not yet found.  Mixtral's step is 1.05x at 2 layers and 1.04-1.05x at 8 (64
-devices), its expert-parallel plans too: XLA holds each layer's two expert
-products bf16, widening one inside the silu's ops (`_Memory._remade_in_readers`),
-the silu's f32 quotient (an expensive op is never made twice,
+on 256: a part counted per layer is high, not yet found.  Mixtral's step
+is 1.05x at 2 layers, 1.04-1.05x at 8 and at full depth (64 devices), its
+expert-parallel plans too: XLA holds each layer's two expert products bf16,
+widening one inside the silu's ops (`_Memory._remade_in_readers`), the
+silu's f32 quotient (an expensive op is never made twice,
 `_Memory._expensive`) and its bf16 rounding (`_Memory._narrowed`); with the
 silu a call held once for all layers, the estimate was 0.91x.  Left out: the fragmentation of
 XLA's heap (at toy widths a tenth of its temporaries:
