@@ -157,11 +157,14 @@ class _Memory:
         cheap producer into every consumer; holding its result would add a
         buffer where remaking it adds none.  A norm's ``x * rsqrt(mean)``,
         saved for the backward by autodiff, is the common case: x and the
-        statistic are held for the backward already.  A float widened (bf16
-        to f32) is remade whatever its operand's span: XLA holds the narrow
-        value until the widening's last reader instead (Mixtral's expert
-        product, widened for a silu and its backward: its step's estimate at
-        8 layers went from 1.07x of XLA's figure to 1.00x).  (A value with
+        statistic are held for the backward already.  A rounded product
+        (`_rounded`) widened again (bf16 to f32) is remade whatever its
+        operand's span: XLA holds the narrow product until the widening's
+        last reader instead (Mixtral's expert product, widened for a silu and
+        its backward: its step's estimate at 8 layers went from 1.07x of
+        XLA's figure to 1.00x).  Not every widening: a Llama's residual sum,
+        widened for a norm a windowed reduction reads, XLA holds wide, and
+        remade it took the 4-layer estimate from 1.00x to 0.95x.  (A value with
         one reader is `_fused`.)"""
         graph = self.graph
         remade: set[int] = set()
@@ -209,15 +212,24 @@ class _Memory:
                 remade.add(value)
         return remade
 
-    def _widening(self, node) -> bool:
-        """Whether `node` converts a float to a wider float."""
+    def _float_widths(self, node) -> tuple[int, int] | None:
+        """(operand, result) element bytes of a convert between floats; else None."""
         floating = self.graph.floating
         if node.label != "stablehlo.convert" or not floating:
-            return False
+            return None
         source, result = node.operands[0], node.results[0]
-        return source != NO_VALUE and result != NO_VALUE and floating[source] \
-            and floating[result] \
-            and self.graph.element_bytes[result] > self.graph.element_bytes[source]
+        if source == NO_VALUE or result == NO_VALUE or not (floating[source] and
+                                                            floating[result]):
+            return None
+        return self.graph.element_bytes[source], self.graph.element_bytes[result]
+
+    def _widening(self, node) -> bool:
+        widths = self._float_widths(node)
+        return widths is not None and widths[1] > widths[0]
+
+    def _narrowing(self, node) -> bool:
+        widths = self._float_widths(node)
+        return widths is not None and widths[1] < widths[0]
 
     def _expensive(self, node) -> bool:
         """Whether XLA's fusion keeps `node`'s value rather than compute it
@@ -229,13 +241,7 @@ class _Memory:
         result = node.results[0] if node.results else NO_VALUE
         if result == NO_VALUE or not floating or not floating[result]:
             return False   # an integer quotient: of index arithmetic, by a constant
-        if node.label in _QUOTIENT_LABELS:
-            return True
-        if node.label == "stablehlo.convert":
-            source = node.operands[0]
-            return source != NO_VALUE and floating[source] \
-                and self.graph.element_bytes[result] < self.graph.element_bytes[source]
-        return False
+        return node.label in _QUOTIENT_LABELS or self._narrowing(node)
 
     def _fuses_producers(self, index: int) -> bool:
         """Whether XLA's loop fusion computes node `index` with its operands'
@@ -291,8 +297,7 @@ class _Memory:
         found = self.producers.get(self.root[value])
         if not found or len(found) != 1:
             return False
-        node = self.graph.nodes[found[0][0]]
-        return node.label == "stablehlo.convert" and self._expensive(node)
+        return self._narrowing(self.graph.nodes[found[0][0]])
 
     def _rounded(self, value: int, depth: int = 3) -> bool:
         """Whether `value` is a narrow value rounded from a wide one in a
