@@ -101,6 +101,8 @@ def _read_module(text: str, filename: str | None, single_device: bool = False) -
         if mesh is not None and mesh.size != partitions:
             mesh = None  # a mesh over other devices than the partitions: use XLA's shardings
         uses_shardy = _uses_shardy(module)
+        if not single_device and not uses_shardy:
+            _refuse_pending_sums(module, filename)
         buffer = io.BytesIO()
         module.write_bytecode(buffer)
     return _ModuleInfo(buffer.getvalue(), partitions, mesh, tuple(arguments), tuple(results),
@@ -209,6 +211,47 @@ def _uses_shardy(module) -> bool:
 
     module.walk(visit)
     return "sdy" in seen or "mhlo" not in seen
+
+
+def _refuse_pending_sums(module, filename: str | None) -> None:
+    """Refuse a GSPMD-spelled module that holds a pending partial sum (``{unreduced}``).
+
+    XLA's GSPMD partitioner (jaxlib 0.10) reads ``{unreduced}`` but never sums
+    it: a reduce over a sharded dim marked so, then a ``custom_call
+    @Sharding`` to ``{replicated}``, hands back one device's partial sum,
+    without a word.  Shardy sums the same value in its own spelling
+    (``unreduced={"x"}``), and `spmd-partition` emits the sum itself, so the
+    user is pointed to those instead of getting wrong numbers.
+    """
+    from jaxlib.mlir import ir
+
+    from stablehlo_spmd import module_shardings as ms
+
+    found = []
+
+    def visit(op):
+        if ms.MHLO_SHARDING in op.attributes and \
+                "unreduced" in str(op.attributes[ms.MHLO_SHARDING]):
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    if not found:
+        for func in ms.functions(module):
+            for value in ms.function_values(func):
+                attr = value.get(ms.MHLO_SHARDING)
+                if attr is not None and "unreduced" in str(attr):
+                    found.append(func)
+                    break
+    if found:
+        op = found[0]
+        raise RuntimeCompileError(
+            f"'{op.name}' holds a pending partial sum ('{{unreduced}}' in mhlo.sharding), which "
+            "XLA's GSPMD partitioner does not sum (it would hand back one device's part); "
+            "partition the module first (stablehlo-spmd-opt --spmd-partition, or "
+            "stablehlo_spmd.partition), or write its shardings in Shardy's spelling",
+            _position(op.location) or filename)
 
 
 _PASS_THROUGH_OPS = ("sdy.sharding_constraint", "sdy.reshard", "sdy.propagation_barrier")

@@ -572,6 +572,70 @@ def test_modules_that_cannot_run():
         runtime.run_single_device(dynamic, [rand(8, 4)])
 
 
+# A row sum over a sharded dim left pending, then asked for whole: in GSPMD's spelling XLA
+# never sums it (each device keeps its part); in Shardy's it does.
+PENDING_SUM_GSPMD = """
+module @pending attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<8x4xf32> {mhlo.sharding = "{devices=[1,2]<=[2]}"} loc("x"))
+      -> (tensor<8xf32> {mhlo.sharding = "{replicated}"}) {
+    %c = stablehlo.constant {mhlo.sharding = "{replicated}"} dense<0.0> : tensor<f32>
+    %0 = stablehlo.reduce(%arg0 init: %c) applies stablehlo.add across dimensions = [1] {mhlo.sharding = "{unreduced}"} : (tensor<8x4xf32>, tensor<f32>) -> tensor<8xf32>
+    %1 = stablehlo.custom_call @Sharding(%0) {mhlo.sharding = "{replicated}"} : (tensor<8xf32>) -> tensor<8xf32>
+    return %1 : tensor<8xf32>
+  }
+}
+"""
+
+PENDING_SUM_SHARDY = """
+module @pending attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2]>
+  func.func public @main(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>} loc("x"))
+      -> (tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>}) {
+    %c = stablehlo.constant dense<0.0> : tensor<f32>
+    %0 = stablehlo.reduce(%arg0 init: %c) applies stablehlo.add across dimensions = [1] {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{}], unreduced={"x"}>]>} : (tensor<8x4xf32>, tensor<f32>) -> tensor<8xf32>
+    %1 = sdy.sharding_constraint %0 <@mesh, [{}]> : tensor<8xf32>
+    return %1 : tensor<8xf32>
+  }
+}
+"""
+
+# (StableHLO's parser places a pretty-printed reduce at its operand list's parenthesis.)
+PENDING_SUM_MESSAGE = (r"<module>:6:26: error: 'stablehlo.reduce' holds a pending partial sum "
+                       r"\('\{unreduced\}' in mhlo.sharding\), which XLA's GSPMD partitioner does "
+                       r"not sum")
+
+
+def test_a_pending_sum_in_gspmd_spelling_is_refused_not_run_wrong():
+    with pytest.raises(runtime.RuntimeCompileError, match=PENDING_SUM_MESSAGE):
+        runtime.compile(PENDING_SUM_GSPMD)
+    # The module itself is fine: one device runs it, and our partitioner sums the part.
+    x = rand(8, 4)
+    np.testing.assert_allclose(
+        np.asarray(runtime.run_single_device(PENDING_SUM_GSPMD, [x])[0]), x.sum(1), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(runtime.run(ss.partition(PENDING_SUM_GSPMD), [x])[0]), x.sum(1), rtol=1e-6)
+
+
+def test_a_pending_sum_in_shardy_spelling_runs_and_is_summed():
+    x = rand(8, 4)
+    np.testing.assert_allclose(
+        np.asarray(runtime.run(PENDING_SUM_SHARDY, [x])[0]), x.sum(1), rtol=1e-6)
+
+
+def test_the_run_command_refuses_a_pending_sum_as_the_api_does(tmp_path):
+    source, inputs = tmp_path / "pending.mlir", tmp_path / "in.npz"
+    source.write_text(PENDING_SUM_GSPMD)
+    np.savez(inputs, x=rand(8, 4))
+    done = subprocess.run(
+        [sys.executable, "-m", "stablehlo_spmd.cli.main", "run", str(source), "--inputs",
+         str(inputs), "--outputs", str(tmp_path / "out.npz")],
+        capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert f"{source}:6:26: error: 'stablehlo.reduce' holds a pending partial sum" in done.stderr
+    assert not (tmp_path / "out.npz").exists()
+
+
 def test_run_single_device_refuses_partitioned_modules():
     with pytest.raises(runtime.RuntimeCompileError, match="already partitioned"):
         runtime.run_single_device(PSUM, [rand(8, 16), rand(16, 4)])
