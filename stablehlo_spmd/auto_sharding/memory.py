@@ -12,6 +12,7 @@ docstring's *Memory*.
 
 from __future__ import annotations
 
+import bisect
 import collections
 
 import numpy as np
@@ -568,14 +569,19 @@ class _Memory:
             return []
         sizes = np.array([size for size, _ in free])
         writes = np.array([birth for _, birth in free])
-        held: list[list[tuple[int, int]]] = [[] for _ in free]
+        # Each slot's spans are disjoint: kept sorted, the one that starts
+        # last at or before a span's end is the only one it can overlap.
+        starts: list[list[int]] = [[] for _ in free]
+        ends: list[list[int]] = [[] for _ in free]
         placed = []
         for size, born, last in sorted(temporaries, reverse=True):
             if size <= 0:
                 continue
             for slot in np.flatnonzero((sizes == size) & (writes > last)):
-                if all(last < start or born > end for start, end in held[slot]):
-                    held[slot].append((born, last))
+                at = bisect.bisect_right(starts[slot], last)
+                if at == 0 or ends[slot][at - 1] < born:
+                    starts[slot].insert(at, born)
+                    ends[slot].insert(at, last)
                     placed.append((size, born, last))
                     break
         return placed

@@ -29,7 +29,6 @@ where that fits the budget.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import time
@@ -169,15 +168,16 @@ class _Milp:
         any of them holds; the units of one class choose alike, so their
         pair is charged on the class's own variables; and a pair of units
         without pair variables (their edge moves nothing) is not charged."""
-        columns: dict[int, float] = collections.defaultdict(float)
+        indices: list[np.ndarray] = []
+        values: list[np.ndarray] = []
         for key, per_device in memory_row.items():
             if isinstance(key, tuple):
                 source, reader = self.classes[key[0]], self.classes[key[1]]
                 if source == reader and per_device.shape[0] == per_device.shape[1]:
                     # One class's units choose alike: the pair is the diagonal.
-                    start = self.offsets[source]
-                    for s, size in enumerate(np.diagonal(per_device)):
-                        columns[start + s] += size
+                    diagonal = np.diagonal(per_device)
+                    indices.append(self.offsets[source] + np.arange(len(diagonal)))
+                    values.append(diagonal)
                     continue
                 pair = self.pairs.get((source, reader))
                 if pair is None:
@@ -185,14 +185,17 @@ class _Milp:
                 base, row_group, col_group, n_cols = pair
                 grouped = np.zeros((row_group.max() + 1, n_cols))
                 np.maximum.at(grouped, (row_group[:, None], col_group[None, :]), per_device)
-                for r, c in zip(*np.nonzero(grouped)):
-                    columns[base + r * n_cols + c] += grouped[r, c]
+                rows, cols = np.nonzero(grouped)
+                indices.append(base + rows * n_cols + cols)
+                values.append(grouped[rows, cols])
                 continue
-            start = self.offsets[self.classes[key]]
-            for s, size in enumerate(per_device):
-                columns[start + s] += size
-        return (np.fromiter(columns, dtype=np.int64, count=len(columns)),
-                np.fromiter(columns.values(), dtype=float, count=len(columns)))
+            indices.append(self.offsets[self.classes[key]] + np.arange(len(per_device)))
+            values.append(np.asarray(per_device, dtype=float))
+        if not indices:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        columns, position = np.unique(np.concatenate(indices), return_inverse=True)
+        return columns.astype(np.int64), np.bincount(position, weights=np.concatenate(values),
+                                                     minlength=len(columns))
 
     def _base_rows(self):
         """(the choice and pair rows as a matrix, their lower and upper
