@@ -106,9 +106,12 @@ element-wise readers read as it is (`_Memory._rounded`), and a reshard's
 copy is f32, as the CPU backend's collectives are.  XLA's fusion decides which values are buffers at all: a
 value one op reads is computed inside it (`_Memory._fused`), and a
 broadcast's or an element-wise op's that several ops read is made again
-inside each where what it is made from is held until then anyway
-(`_Memory._remade_in_readers`: a norm's x * rsqrt(mean), saved by autodiff
-for the backward, is not a buffer, x and the statistic are); but a
+inside each where what it is made from is held until then anyway, or can
+be held longer for no more bytes (`_Memory._remade_in_readers`: a norm's
+x * rsqrt(mean), saved by autodiff for the backward, is not a buffer, x
+and the statistic are; nor is a Llama layer's attention mask, made again
+in the backward from the padding and causal masks, nor a copy of it in
+another layout); but a
 reduction the CPU backend computes as a tree of windows reads its operand
 from memory (`CostModel.windowed_reduction_above`).  A result's allocation
 holds temporaries of its size before the result is written
@@ -116,11 +119,13 @@ holds temporaries of its size before the result is written
 moments' allocations).  The figure it is checked against is
 `runtime.memory_per_device`: XLA's own fusion, without the CPU backend's
 YNNPACK library fusions, which hold a norm's broadcasts as buffers (a fifth
-more on a Llama step; see there).  Within 2% of it on Llama-3-8B's steps
-at 4 layers, SGD and AdamW, but 1.05x at full depth on 64 devices and 1.09x
-on 256: a part counted per layer is high, not yet found.  Mixtral's step
-is 1.05x at 2 layers, 1.04-1.05x at 8 and at full depth (64 devices), its
-expert-parallel plans too: XLA holds each layer's two expert products bf16,
+more on a Llama step; see there).  On Llama-3-8B's steps at full depth it
+is 0.99x (SGD and AdamW, 64 devices) and 1.03x (256 devices), where each
+layer's attention mask held from the forward to the backward had made it
+1.05x and 1.09x; at 4 layers 0.96x (SGD) and 0.98x (AdamW): XLA's heap
+there is 0.24 GiB more than the buffers live at its own peak.  Mixtral's
+step is 1.01x at 2 layers and 1.00x at full depth (64 devices),
+its expert-parallel plans too: XLA holds each layer's two expert products bf16,
 widening one inside the silu's ops (`_Memory._remade_in_readers`), the
 silu's f32 quotient (an expensive op is never made twice,
 `_Memory._expensive`) and its bf16 rounding (`_Memory._narrowed`); with the

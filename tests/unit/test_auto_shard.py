@@ -338,6 +338,27 @@ def test_a_value_several_ops_read_is_made_again_where_its_operands_are_held():
     assert estimate == pytest.approx(xla, rel=0.02)
 
 
+def test_a_mask_read_early_and_late_is_made_again_from_what_it_is_made_from():
+    """An attention-style mask (a compare of a sorted vector against an iota,
+    a unit dim moved by a transpose) read by a select first and by another
+    at the end: XLA makes it again inside each select, holding the sorted
+    vector (2 KiB) until the second rather than the mask (256 KiB).  Held,
+    on one device: x (1 MiB), the lengths and their sorted copy (2 KiB
+    each), and the result (1 MiB), in whose allocation the temporaries
+    between the selects wait; and a few scalars."""
+    def masked(x, lengths):
+        limit = jnp.sort(lengths)
+        keep = jnp.transpose((limit[:, None] > jnp.arange(512)[None, :])[None], (1, 0, 2))
+        hidden = jnp.exp(jnp.where(keep, x[:, None, :], 0.0))
+        hidden = jnp.tanh(hidden * 2.0) + hidden
+        return jnp.where(keep, hidden, 1.0)
+
+    x, lengths = np.ones((512, 512), np.float32), np.arange(512, dtype=np.int32)
+    estimate, xla = _estimate_against_xla(masked, x, lengths, mesh="x=1")
+    assert estimate == pytest.approx((1024 + 2 + 2 + 1024) * 1024, abs=64)
+    assert estimate == pytest.approx(xla, rel=0.02)
+
+
 def test_a_temporary_waits_in_a_results_allocation_before_the_result_is_written():
     """exp(x @ x) @ x, subtracted from w: the result's allocation (256 KiB)
     is free until the subtraction, and XLA places exp's output, last read
