@@ -24,7 +24,10 @@ memory bounded: there the LP bound is weak, closing the last percent is
 most of the solve, and the estimate itself is only within a few percent of
 what XLA compiles.  The proof asks the same 2%.  Unbounded, the 0-1 program
 starts from the relaxation's plan; bounded, from the last solve's plan
-where that fits the budget.
+where that fits the budget.  The least peak memory of any plan is asked
+the same way: its LP relaxation rounded on its support
+(`_Milp.least_on_support`), unproved, the whole program only where that
+rounding finds none.
 """
 
 from __future__ import annotations
@@ -226,6 +229,32 @@ class _Milp:
         plan's cost is added to its peak: among plans of one peak the
         cheapest, and none that moves without need (a move that costs
         nothing in memory at the rows' points may cost much elsewhere)."""
+        program = self._program(memory_rows, budget, minimize_peak, cost_weight)
+        objective, matrix, col_lower, col_upper, lower, upper, unit, n, rows = program
+        gap = BOUNDED_GAP if rows else MIP_GAP
+        # The program gains little from HiGHS's presolve, and with it HiGHS
+        # restarts its root each time reduced-cost fixing frees columns: off,
+        # the real models' solves took a quarter less time, to the same plans.
+        x, status = self._highs_milp(objective, matrix, col_lower, col_upper, lower, upper,
+                                     self.n_choice, time_limit, False, gap,
+                                     None if start is None else self._point(start, n))
+        if x is None:
+            if status == _INFEASIBLE:
+                return None
+            # Out of time (or of HiGHS's patience) before any plan: saying
+            # "no plan fits" here would send the user after the wrong knob.
+            raise SearchTimeLimit(
+                f"the solver found no plan within its time limit of {time_limit:g} s; "
+                "give the search more time (time-limit)")
+        self.proved = status == 0
+        strategies = self._strategies(x)
+        if minimize_peak:
+            return strategies, float(x[-1]) * unit
+        return strategies, float(objective @ x)
+
+    def _program(self, memory_rows, budget, minimize_peak: bool, cost_weight: float):
+        """The 0-1 program `solve` hands HiGHS: (objective, matrix, column
+        bounds, row bounds, the peak's unit, columns, memory rows)."""
         from scipy import sparse
 
         rows = []
@@ -257,26 +286,42 @@ class _Milp:
         else:
             objective = self.objective
             col_upper = self.upper.copy()
-        gap = BOUNDED_GAP if rows else MIP_GAP
-        # The program gains little from HiGHS's presolve, and with it HiGHS
-        # restarts its root each time reduced-cost fixing frees columns: off,
-        # the real models' solves took a quarter less time, to the same plans.
-        x, status = self._highs_milp(objective, matrix, col_lower, col_upper, lower, upper,
-                                     self.n_choice, time_limit, False, gap,
-                                     None if start is None else self._point(start, n))
-        if x is None:
-            if status == _INFEASIBLE:
-                return None
-            # Out of time (or of HiGHS's patience) before any plan: saying
-            # "no plan fits" here would send the user after the wrong knob.
-            raise SearchTimeLimit(
-                f"the solver found no plan within its time limit of {time_limit:g} s; "
-                "give the search more time (time-limit)")
-        self.proved = status == 0
-        strategies = self._strategies(x)
-        if minimize_peak:
-            return strategies, float(x[-1]) * unit
-        return strategies, float(objective @ x)
+        return objective, matrix, col_lower, col_upper, lower, upper, unit, n, rows
+
+    def least_on_support(self, memory_rows, time_limit: float, cost_weight: float = 0.0):
+        """(a plan, its peak over the rows) of least peak memory, from the
+        LP relaxation of `solve`'s least-peak program rounded on its support
+        (RENS, as `_on_support` rounds the cheapest plan's); None where the
+        LP or the rounding finds none in time.  No proof: the whole program
+        proves its plan, in far more time (Mixtral-8x7B's full-depth step:
+        60 s, out of time, for 63.7 GiB)."""
+        import highspy
+
+        deadline = time.perf_counter() + time_limit
+        objective, matrix, col_lower, col_upper, lower, upper, unit, n, _ = self._program(
+            memory_rows, None, True, cost_weight)
+        highs = self._highs(_highs_lp(objective, matrix, col_lower, col_upper, lower, upper))
+        highs.setOptionValue("time_limit", max(1e-9, deadline - time.perf_counter()))
+        highs.run()
+        if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        x = np.asarray(highs.getSolution().col_value)
+        open_columns, ones = self._open_on(x[:self.variables])
+        open_columns = np.append(open_columns, n - 1)          # the peak stays free
+        fixed = np.zeros(n)
+        fixed[ones] = 1.0
+        csc = matrix.tocsc()
+        held = csc @ fixed
+        sub = csc[:, open_columns].tocsr()
+        x_open, _status = self._highs_milp(
+            objective[open_columns], sub, col_lower[open_columns], col_upper[open_columns],
+            list(np.asarray(lower) - held), list(np.asarray(upper) - held),
+            int(np.searchsorted(open_columns, self.n_choice)),
+            max(1e-9, deadline - time.perf_counter()), True, BOUNDED_GAP, None)
+        if x_open is None:
+            return None
+        fixed[open_columns] = x_open
+        return self._strategies(fixed), float(fixed[-1]) * unit
 
     def _point(self, strategies: list[int], n: int) -> np.ndarray:
         """A plan as the program's columns: each class's choice, and the
