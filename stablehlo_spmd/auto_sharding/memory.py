@@ -191,34 +191,17 @@ class _Memory:
             return value in self.free_sources or held_throughout[self.root[value]] \
                 or (span is not None and span[1] >= last)
 
-        def sources(value: int, last: int, depth: int, seen: set[int]) -> list[int] | None:
-            """The values `value` is remade from at `last`, through cheap ops
-            (`depth` deep at most), that are not held until then; None where
-            it is made by an op that is not cheap from such a value."""
+        def sources(value: int, last: int, depth: int, seen: set[int]) -> list[int]:
+            """What `value` is made from through cheap ops (`depth` deep at
+            most) and is not held until `last`."""
             if held(value, last) or value in seen:
                 return []
             seen.add(value)
             node = graph.nodes[producer_of[value]] if value in producer_of else None
             if depth == 0 or node is None or not cheap(node):
                 return [value]
-            found: list[int] = []
-            for operand in node.operands:
-                if operand != NO_VALUE:
-                    below = sources(operand, last, depth - 1, seen)
-                    if below is None:
-                        return None
-                    found += below
-            return found
-
-        def sources_of(operands: list[int], last: int, value: int) -> list[int] | None:
-            seen = {value}
-            found: list[int] = []
-            for operand in operands:
-                below = sources(operand, last, _REMADE_DEPTH, seen)
-                if below is None:
-                    return None
-                found += below
-            return found
+            return [found for operand in node.operands if operand != NO_VALUE
+                    for found in sources(operand, last, depth - 1, seen)]
 
         # Last first: a value remade stretches what it is made from, which may
         # be made for another.
@@ -241,11 +224,11 @@ class _Memory:
             else:
                 # What it is made from, held longer instead, must cost no more
                 # than holding it.
-                found = sources_of(operands, last, value)
-                if found is None or sum(self.computed_nbytes[v] for v in found) \
-                        > self.computed_nbytes[value]:
+                seen = {value}
+                stretched = [found for operand in operands
+                             for found in sources(operand, last, _REMADE_DEPTH, seen)]
+                if sum(self.computed_nbytes[v] for v in stretched) > self.computed_nbytes[value]:
                     continue
-                stretched = found
             for source in stretched:
                 span = spans.get(source)
                 if span is not None and source not in self.free_sources \
