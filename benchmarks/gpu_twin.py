@@ -4,6 +4,8 @@
                                                              # partition; writes DIR/*.mlir
     python3 benchmarks/gpu_twin.py time DIR                  # on the GPU machine: compile and
                                                              # time both; prints a table
+    python3 benchmarks/gpu_twin.py prepare DIR --sample ...  # 2 layers at hidden 64: the same
+                                                             # route on host devices (its test)
 
 The twin is Llama-3-8B's training step (SGD, bf16) at its full depth of 32
 layers with every width cut down (hidden 1024, 16/4 heads, FFN 3584, vocab
@@ -51,11 +53,13 @@ import numpy as np
 
 TWIN = dict(vocab=32768, hidden=1024, heads=16, kv_heads=4, ffn=3584, layers=32,
             sequence=1024)
+# The same route at widths host devices run in a blink (tests/benchmarks/test_gpu_twin_sample.py).
+SAMPLE = dict(vocab=512, hidden=64, heads=8, kv_heads=4, ffn=128, layers=2, sequence=16)
 EXAMPLES = 8                       # sequences; --devices must divide it
 WARMUP, REPEAT, ROUNDS = 3, 10, 4
 
 
-def prepare(directory: str, devices: int, budget_gib: float) -> None:
+def prepare(directory: str, devices: int, budget_gib: float, widths: dict = TWIN) -> None:
     os.environ["KERAS_BACKEND"] = "jax"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,9 +68,9 @@ def prepare(directory: str, devices: int, budget_gib: float) -> None:
 
     import stablehlo_spmd as ss
 
-    model = scale.ModelConfig("llama", **TWIN)
+    model = scale.ModelConfig("llama", **widths)
     config = auto_scale.Config("llama3-8b", "sgd", f"data={devices}",
-                               per_shard=EXAMPLES // devices, sequence=TWIN["sequence"],
+                               per_shard=EXAMPLES // devices, sequence=widths["sequence"],
                                budgets=(), hands=())
     start = time.perf_counter()
     text, _ = auto_scale.export(config, model, model.layers, "bfloat16")
@@ -82,7 +86,7 @@ def prepare(directory: str, devices: int, budget_gib: float) -> None:
         f.write(text if devices == 1 else boundary_shardings_only(planned))
     with open(os.path.join(directory, "ours.mlir"), "w") as f:
         f.write(partitioned)
-    info = dict(twin=TWIN, examples=EXAMPLES, devices=devices, budget_gib=budget_gib,
+    info = dict(twin=widths, examples=EXAMPLES, devices=devices, budget_gib=budget_gib,
                 export_s=exported, search_s=searched, partition_s=partitioned_s,
                 estimated_bytes=plan.cost, estimated_memory=plan.peak_memory)
     with open(os.path.join(directory, "prepared.json"), "w") as f:
@@ -213,9 +217,10 @@ def main() -> int:
     parser.add_argument("directory")
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--budget-gib", type=float, default=120.0)
+    parser.add_argument("--sample", action="store_true", help="2 layers at hidden 64")
     args = parser.parse_args()
     if args.mode == "prepare":
-        prepare(args.directory, args.devices, args.budget_gib)
+        prepare(args.directory, args.devices, args.budget_gib, SAMPLE if args.sample else TWIN)
         return 0
     return time_all(args.directory)
 
