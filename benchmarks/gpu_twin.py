@@ -159,7 +159,6 @@ def time_all(directory: str) -> int:
     import jax
 
     from stablehlo_spmd import runtime
-    from stablehlo_spmd.runtime import executable as executables
 
     with open(os.path.join(directory, "prepared.json")) as f:
         info = json.load(f)
@@ -171,10 +170,7 @@ def time_all(directory: str) -> int:
         with open(os.path.join(directory, f"{side}.mlir")) as f:
             text = f.read()
         start = time.perf_counter()
-        if side == "xla" and info["devices"] == 1:
-            compiled[side] = executables._compile(text, devices, None, single_device=True)
-        else:
-            compiled[side] = runtime.compile(text, devices)
+        compiled[side] = runtime.compile(text, devices)
         results[side] = dict(compile_s=time.perf_counter() - start, steps_ms=[])
         if arguments is None:
             arguments = _arguments(compiled[side], info["twin"]["vocab"])

@@ -310,13 +310,13 @@ class _Milp:
         open_columns = np.append(open_columns, n - 1)          # the peak stays free
         fixed = np.zeros(n)
         fixed[ones] = 1.0
-        csc = matrix.tocsc()
-        held = csc @ fixed
-        sub = csc[:, open_columns].tocsr()
+        restricted = _restricted(matrix.tocsc(), lower, upper, open_columns, fixed)
+        if restricted is None:
+            return None
+        sub, row_lower, row_upper = restricted
         x_open, _status = self._highs_milp(
             objective[open_columns], sub, col_lower[open_columns], col_upper[open_columns],
-            list(np.asarray(lower) - held), list(np.asarray(upper) - held),
-            int(np.searchsorted(open_columns, self.n_choice)),
+            row_lower, row_upper, int(np.searchsorted(open_columns, self.n_choice)),
             max(1e-9, deadline - time.perf_counter()), True, BOUNDED_GAP, None)
         if x_open is None:
             return None
@@ -618,17 +618,13 @@ class _Milp:
             self._base_csc = matrix.tocsc()
         fixed = np.zeros(self.variables)
         fixed[ones] = 1.0
-        held = self._base_csc @ fixed
-        sub = self._base_csc[:, open_columns].tocsr()
-        row_lower = np.asarray(lower) - held
-        row_upper = np.asarray(upper) - held
-        used = np.diff(sub.indptr) > 0
-        if np.any(row_lower[~used] > 1e-9) or np.any(row_upper[~used] < -1e-9):
+        restricted = _restricted(self._base_csc, lower, upper, open_columns, fixed)
+        if restricted is None:
             return None
+        sub, row_lower, row_upper = restricted
         position = np.full(self.variables, -1, dtype=np.int64)
         position[open_columns] = np.arange(len(open_columns))
-        rows = [sub[used]]
-        row_lower, row_upper = list(row_lower[used]), list(row_upper[used])
+        rows = [sub]
         for row in memory_rows if budget is not None else ():
             cols, values = self._columns(row)
             kept = position[cols] >= 0
@@ -662,6 +658,21 @@ class _Milp:
             cols = np.unique(col_group[possible[start_b:start_b + len(col_group)]])
             columns.append((base + rows[:, None] * n_cols + cols[None, :]).ravel())
         return np.concatenate(columns), np.flatnonzero(whole & (rounded == 1))
+
+
+def _restricted(csc, lower, upper, open_columns: np.ndarray, fixed: np.ndarray):
+    """The rows of `csc` over `open_columns` alone, every other column at its
+    value in `fixed`: (the rows that still read an open column, as a matrix,
+    their lower bounds, their upper bounds); None where a row no open column
+    reads is already violated."""
+    held = csc @ fixed
+    sub = csc[:, open_columns].tocsr()
+    row_lower = np.asarray(lower) - held
+    row_upper = np.asarray(upper) - held
+    used = np.diff(sub.indptr) > 0
+    if np.any(row_lower[~used] > 1e-9) or np.any(row_upper[~used] < -1e-9):
+        return None
+    return sub[used], list(row_lower[used]), list(row_upper[used])
 
 
 def _quiet_highs():
