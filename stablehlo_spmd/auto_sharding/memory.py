@@ -591,8 +591,10 @@ class _Memory:
                        for term, birth in self.live_out if birth > 0), reverse=True)
         if not free:
             return []
-        sizes = np.array([size for size, _ in free])
-        writes = np.array([birth for _, birth in free])
+        writes = [birth for _, birth in free]
+        slots_of_size: dict[float, list[int]] = collections.defaultdict(list)
+        for slot, (size, _birth) in enumerate(free):
+            slots_of_size[size].append(slot)
         # Each slot's spans are disjoint: kept sorted, the one that starts
         # last at or before a span's end is the only one it can overlap.
         starts: list[list[int]] = [[] for _ in free]
@@ -601,7 +603,9 @@ class _Memory:
         for size, born, last in sorted(temporaries, reverse=True):
             if size <= 0:
                 continue
-            for slot in np.flatnonzero((sizes == size) & (writes > last)):
+            for slot in slots_of_size.get(size, ()):
+                if writes[slot] <= last:
+                    continue
                 at = bisect.bisect_right(starts[slot], last)
                 if at == 0 or ends[slot][at - 1] < born:
                     starts[slot].insert(at, born)

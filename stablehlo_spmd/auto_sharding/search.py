@@ -121,6 +121,7 @@ class Search(_Memory):
             cluster_units(graph, self.root, self.pinned_roots, self.consumers, self.units)
             if cluster else list(range(len(self.units))))
         self._built = None
+        self._groups: dict[tuple, tuple] = {}   # `_layout_groups`
         self._cuts: list[int] = []
         self._reference: list[int] | None = None
         self._unbounded = None   # the cheapest plan of any size, once solved
@@ -496,7 +497,7 @@ class Search(_Memory):
     def _edge_kind(self, layouts_a: list, layouts_b: list, value: int):
         """The distinct written and read layouts of an edge (`_distinct`'s
         pairs), and the key its cost matrix is shared by."""
-        rows, cols = _distinct(layouts_a), _distinct(layouts_b)
+        rows, cols = self._layout_groups(layouts_a), self._layout_groups(layouts_b)
         # A value its op may be made again from prices by that op's operands too.
         remaker = self._remaker(value)
         remade = None if remaker is None else (self.graph.nodes[remaker].rule, tuple(
@@ -504,6 +505,16 @@ class Search(_Memory):
             for v in self.graph.nodes[remaker].operands if v != NO_VALUE))
         return rows, cols, (tuple(map(id, rows[0])), tuple(map(id, cols[0])),
                             self.graph.shapes[value], self.graph.element_bytes[value], remade)
+
+    def _layout_groups(self, layouts: list):
+        """`_distinct(layouts)`, once per list of layouts: repeated layers
+        read and write the same lists, and Mixtral's step prices 26k edges
+        over a few hundred of them."""
+        key = tuple(map(id, layouts))
+        found = self._groups.get(key)
+        if found is None:
+            found = self._groups[key] = _distinct(layouts)
+        return found
 
     def _memory(self) -> list:
         """The memory terms (`_memory_terms`), and with them `memory_floor`,
@@ -560,6 +571,7 @@ class Search(_Memory):
         if memory_budget is not None and self.memory_floor > memory_budget * (1 + 1e-9):
             self._below_floor(memory_budget)
         problem, memory, tie_break = self._problem()
+        problem.out_of_time = False
         # A point that overflowed one budget is worth bounding at the next.
         cuts: list[int] = self._cuts
         points = sorted({t for *_, b, l in memory for t in (b, l)})
@@ -652,8 +664,9 @@ class Search(_Memory):
             per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
         plan = self._plan(strategies, objective, points, started)
         # Every solve above runs to the one deadline, so reaching it means
-        # one of them stopped on time rather than on its gap.
-        plan.time_limited = time.perf_counter() >= started + time_limit
+        # one of them stopped on time rather than on its gap; one may also
+        # not have started, with less time left than it would take.
+        plan.time_limited = time.perf_counter() >= started + time_limit or problem.out_of_time
         return plan
 
     def _below_floor(self, memory_budget: float):
@@ -723,6 +736,9 @@ class Search(_Memory):
             start, none_fits = fallback()
             if none_fits:
                 return None
+        if best is not None and deadline - time.perf_counter() < problem.lp_seconds:
+            problem.out_of_time = True    # its root alone would not end in time
+            return best
         try:
             solved = problem.solve(rows, budget, max(1e-9, deadline - time.perf_counter()),
                                    start=start)

@@ -8,7 +8,10 @@ same.  The LP relaxation of a bounded program then blends a plan with its
 mirror, and dividing on a blended class (`program._Milp._divide`) solves
 both halves: on Mixtral-8x7B's training step over ``data=8,model=8`` at
 80 GiB, two of the root's children had the same bound and the same subtrees
-below them, a third of the search.
+below them, a third of the search.  The swaps serve twice: the division
+drops a child whose plans are another's mirrors, and the LP itself is
+solved folded, one variable per column and its mirror
+(`program._Milp._folded`), half the columns and half the rows.
 
 `axis_swaps` finds, per pair of equal axes, the permutation of every
 variable class's choices the swap makes, from the strategies' layouts

@@ -35,7 +35,8 @@ Options:
                  search then minimizes seconds (alpha-beta) instead of bytes
   latency        seconds per collective, with `bandwidth`
   explain        a remark per op: its sharding and why the search chose it
-  time-limit     seconds the solver may take
+  time-limit     seconds the search may take, reading the program and building
+                 its 0-1 program included (a limit reached is warned of)
   target         the backend the plan compiles for, as its memory goes: ``cpu``
                  (XLA's CPU backend computes bf16 and f16 in f32, so their
                  temporaries take f32's bytes), ``gpu`` or ``tpu`` (each type at
@@ -164,6 +165,10 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass,
     budget, every plan is checked by it and searched again where the
     estimate was wrong (`_fit_measured`).
     """
+    # The limit is the whole search's, not its solver's: on Mixtral-8x7B's
+    # full-depth step, reading the program and building the 0-1 program
+    # take 4 s before the solver starts.
+    deadline = time.perf_counter() + options.time_limit
     try:
         budget = parse_bytes(options.memory_budget)
         cost_model = target_cost_model(options.target, parse_bandwidths(options.bandwidth),
@@ -189,9 +194,9 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass,
     searcher = Search(graph.search_graph(carried_pairs(*graph.entry_values())), cost_model)
     try:
         if measure is None:
-            plan = searcher.solve(budget, options.time_limit)
+            plan = searcher.solve(budget, max(1e-9, deadline - time.perf_counter()))
         else:
-            plan = _fit_measured(searcher, budget, options.time_limit,
+            plan = _fit_measured(searcher, budget, options.time_limit, deadline,
                                  lambda p: measure(_planned_text(pristine, module.context, mesh, p)))
     except (InfeasibleBudget, SearchTimeLimit) as error:
         diagnostics.error(where, f"spmd-auto-shard: {error}")
@@ -276,7 +281,7 @@ ESTIMATE_ERROR = 0.25
 GAMBLE_SECONDS = 1.0
 
 
-def _fit_measured(searcher: Search, budget: float, time_limit: float,
+def _fit_measured(searcher: Search, budget: float, time_limit: float, deadline: float,
                   measure: Callable[[Plan], float]) -> Plan:
     """The cheapest plan that fits `budget` by XLA's own memory analysis.
 
@@ -299,11 +304,11 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
       that time, the plan that fitted stands.
 
     The search's problem is built once and reused, and the loop keeps within
-    `time_limit` and `MEASURED_PLANS` plans measured.  Without a plan that
+    `deadline` (the end of the search's `time_limit`, which errors name) and
+    `MEASURED_PLANS` plans measured.  Without a plan that
     fits, the plan of least estimated memory is measured too, and the error
     names the least memory measured: a budget some plan fits.
     """
-    deadline = time.perf_counter() + time_limit
     best: Plan | None = None
     smallest = math.inf
     seen: list[Plan] = []    # each plan measured, with its measurement
@@ -326,7 +331,7 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float,
     def unmeasured(plan: Plan | None) -> bool:
         return plan is not None and all(plan.layouts != p.layouts for p in seen)
 
-    free = searcher.solve(None, time_limit)
+    free = searcher.solve(None, max(1e-9, deadline - time.perf_counter()))
     out_of_time = False
     loosened = False
     if free.peak_memory <= budget * (1 + ESTIMATE_ERROR):

@@ -665,6 +665,83 @@ def test_only_axes_of_one_size_are_mirrors(mesh, mirrors):
     assert len(search._problem()[0].mirrors) == mirrors
 
 
+def test_the_lp_folded_by_its_mirrors_has_the_lps_bound_on_fewer_columns():
+    """`_mirrored_switches`' LP, by hand: switching all three units alike
+    saves 24 bytes for 3 + 5 + 4 = 12 (no neighbour differs), the cheapest
+    byte saved; 10 must be, so the bound is 12 * 10 / 24 = 5.  Folded by
+    the swap, one variable per column and its mirror, the LP has that
+    bound, and its optimum unfolds to a point the whole LP's rows hold,
+    the same under the swap."""
+    problem, rows, swaps = _mirrored_switches()
+    problem.take_mirrors(swaps)
+    columns = [problem._columns(row) for row in rows]
+    matrix, lower, upper = problem._with_rows(columns, 20.0)
+    whole = problem._lp_with_rows(columns, 20.0)
+    whole.run()
+    folded, orbit = problem._folded(problem.objective, (matrix, lower, upper), problem.upper,
+                                    problem.mirrors)
+    folded.run()
+    assert whole.getInfo().objective_function_value == pytest.approx(5.0)
+    assert folded.getInfo().objective_function_value == pytest.approx(5.0)
+    assert folded.getNumCol() < problem.variables
+    assert folded.getNumRow() < matrix.shape[0]
+    x = np.asarray(folded.getSolution().col_value)[orbit]
+    held = matrix @ x
+    assert np.all(held >= np.asarray(lower) - 1e-9) and np.all(held <= np.asarray(upper) + 1e-9)
+    assert np.allclose(x[problem.mirrors[0]], x)
+
+
+@pytest.mark.parametrize("y_holds, folds", [(2.0, True), (3.0, False)])
+def test_the_lp_is_folded_only_where_its_memory_rows_are_mirrored(monkeypatch, y_holds, folds):
+    """Unit 0's ``y`` holding a byte more than its ``x`` breaks the swap
+    for the memory row: the LP is then solved whole.  Either way the
+    optimum, units 0 and 1 switched alike (3 + 5 + 2), is proved."""
+    folded = []
+    fold = _Milp._folded
+
+    def spy(self, *args, **more):
+        folded.append(True)
+        return fold(self, *args, **more)
+
+    monkeypatch.setattr(_Milp, "_folded", spy)
+    problem, rows, swaps = _mirrored_switches(y_holds=y_holds)
+    problem.take_mirrors(swaps)
+    (_, cost), proved = problem.relaxed(rows, 20.0, time_limit=30)
+    assert proved and cost == 10.0
+    assert bool(folded) == folds
+
+
+class _SlowHighs:
+    """A HiGHS instance whose every run first waits `seconds`."""
+
+    def __init__(self, highs, seconds: float):
+        self._highs, self._seconds = highs, seconds
+
+    def run(self):
+        time.sleep(self._seconds)
+        return self._highs.run()
+
+    def __getattr__(self, name):
+        return getattr(self._highs, name)
+
+
+def test_a_division_that_cannot_end_in_the_time_left_is_not_started(monkeypatch):
+    """`_three_switches`' LP (5) is far under its plans (8 or more), so its
+    rounding is divided, with time.  Made to take 1 s, the LP leaves less
+    than that of a 1.5 s limit: the division, whose LPs are the LP again
+    with columns fixed, is not started; the rounded plan comes back
+    unproved, and the program says it ran out of time."""
+    nodes = _record_divisions(monkeypatch)
+    highs = _Milp._highs
+    monkeypatch.setattr(_Milp, "_highs", staticmethod(lambda lp: _SlowHighs(highs(lp), 1.0)))
+    problem, rows = _three_switches()
+    best, proved = problem.relaxed(rows, 20.0, time_limit=1.5)
+    assert best is not None and not proved
+    assert problem.out_of_time
+    assert problem.lp_seconds >= 1.0
+    assert nodes == []
+
+
 def test_a_layout_pinned_on_one_axis_tells_the_axes_apart():
     """``x`` split over ``a`` alone: a plan and its mirror no longer cost
     the same, and no swap is kept."""
@@ -791,7 +868,8 @@ def test_the_rounding_is_built_on_the_columns_the_lp_leaves_open():
     assert open_columns.tolist() == [2, 3, 8, 9]
     assert ones.tolist() == [1, 4]
     # Within 20 held, unit 1 must switch too: 3 + 5, and no pair cost.
-    assert problem._on_support(x, rows, 20.0, time.perf_counter() + 30) == ([1, 1, 0], 8.0)
+    memory = [problem._columns(row) for row in rows]
+    assert problem._on_support(x, memory, 20.0, time.perf_counter() + 30) == ([1, 1, 0], 8.0)
 
 
 def test_a_tight_relaxation_proves_its_support_s_plan():
