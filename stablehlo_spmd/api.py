@@ -138,8 +138,8 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
     None: the one this process compiles the mesh's programs on.
 
     Raises `SpmdError` when no plan fits the budget, naming the smallest one
-    that does, or when the solver finds none within `time_limit` seconds
-    (per solve).
+    that does, or when the search finds none within `time_limit` seconds
+    (counted from reading the program; the search, not each solve).
     """
     mesh = as_mesh(mesh)
     rule_set = as_rule_set(rules, mesh)

@@ -139,7 +139,7 @@ class Plan:
     # given a way to compile it; and how many plans it measured.
     measured_memory: float | None = None
     measured_plans: int = 0
-    # Whether the solver's time limit ended the search before it proved
+    # Whether the search's time limit ended it before it proved
     # its plan: then another run (or a busier machine) may find another.
     time_limited: bool = False
 

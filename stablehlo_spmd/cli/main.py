@@ -125,7 +125,7 @@ def _mesh_or_none(text: str | None):
               help="Partition rules to respect as hard constraints.")
 @click.option("--explain", is_flag=True, help="Say for every op why it got its sharding.")
 @click.option("--time-limit", type=float, default=60.0, metavar="SECONDS",
-              help="Seconds the solver may take per solve (default: 60).")
+              help="Seconds the search may take, from reading the program (default: 60).")
 @click.option("--measure-memory/--estimate-memory", default=None,
               help="Check each plan against the budget by XLA's memory analysis of it, "
                    "compiled here (default: where this process has the mesh's devices), "

@@ -205,7 +205,7 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass,
         diagnostics.error(where, f"spmd-auto-shard: cannot measure a plan's memory: {error}")
         return None
     if plan.time_limited:
-        diagnostics.warning(where, f"spmd-auto-shard: the solver's time limit of "
+        diagnostics.warning(where, f"spmd-auto-shard: the search's time limit of "
                             f"{options.time_limit:g} s ended the search before it proved its "
                             "plan the cheapest; another run may find another (raise time-limit)")
     _write_plan(module, graph, mesh, plan)
@@ -518,7 +518,7 @@ def format_table(result: AutoShardResult) -> str:
         f"variables, {plan.constraints} constraints; {plan.units} decision units in "
         f"{plan.unit_classes} classes after clustering repeated layers)"]
     if plan.time_limited:
-        lines.append("  the solver's time limit ended the search before it proved this plan "
+        lines.append("  the search's time limit ended the search before it proved this plan "
                      "the cheapest")
     if plan.measured_memory is not None:
         lines.append(f"  memory by XLA's analysis of the compiled plan: "

@@ -1140,6 +1140,26 @@ def test_a_search_the_time_limit_ends_says_so(monkeypatch):
         ss.auto_shard(_mlp_text(), "x=8", time_limit=60, measure_memory=False)
 
 
+def test_the_time_limit_counts_reading_the_program(monkeypatch):
+    """Reading the program is part of the search its limit bounds: made to
+    take the whole limit, it leaves the solver none, and the search says
+    it found no plan in time, where a fresh limit for the solver would
+    have found this small one's plan at once."""
+    from stablehlo_spmd.passes import auto_shard as auto_shard_pass
+
+    read = auto_shard_pass._read
+
+    def slow(*args):
+        time.sleep(1.0)
+        return read(*args)
+
+    monkeypatch.setattr(auto_shard_pass, "_read", slow)
+    with pytest.raises(SpmdError, match="time limit"):
+        ss.auto_shard(_mlp_text(), "x=8", time_limit=1.0, measure_memory=False)
+    assert "mhlo.sharding" in ss.auto_shard(_mlp_text(), "x=8", time_limit=60,
+                                            measure_memory=False)
+
+
 @pytest.mark.parametrize("proved", [False, True])
 def test_a_least_memory_it_did_not_prove_never_says_no_plan_fits(monkeypatch, proved):
     """Where the relaxation rounds to no plan under a budget, the least-memory
