@@ -1140,6 +1140,36 @@ def test_a_search_the_time_limit_ends_says_so(monkeypatch):
         ss.auto_shard(_mlp_text(), "x=8", time_limit=60, measure_memory=False)
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_search_leaves_the_cyclic_collector_as_it_found_it(enabled):
+    """The pass pauses Python's cyclic collector while it searches, and
+    gives it back as it was: after a plan, and after an error."""
+    import gc
+
+    from stablehlo_spmd.passes import auto_shard as auto_shard_pass
+
+    paused = []
+    read = auto_shard_pass._read
+
+    def spy(*args):
+        paused.append(gc.isenabled())
+        return read(*args)
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(auto_shard_pass, "_read", spy)
+            assert "mhlo.sharding" in ss.auto_shard(_mlp_text(), "x=8", measure_memory=False)
+            assert gc.isenabled() == enabled
+            with pytest.raises(SpmdError, match="memory budget"):
+                ss.auto_shard(_mlp_text(), "x=8", memory_budget=1, measure_memory=False)
+            assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert paused and not any(paused)
+
+
 def test_the_time_limit_counts_reading_the_program(monkeypatch):
     """Reading the program is part of the search its limit bounds: made to
     take the whole limit, it leaves the solver none, and the search says
