@@ -10,16 +10,17 @@ one instance kept warm across solves, it is integral on most models
 measured; bounded, solved cold on a fresh instance (`_lp_with_rows` says
 why), it blends a few choices, and the 0-1 program restricted to the LP's
 support decides them in a fraction of a second, with a plan the LP's value
-proves where the LP is tight (`_Milp.relaxed`).  Where two mesh axes are
-mirrors (`symmetry.py`) and the memory rows are the same under the swap,
-the LP is solved folded, one variable per column and its mirror
-(`_Milp._folded`): the same bound in a quarter of the time.  Where it is not, the blend
-is divided on the class whose blended choices differ most in the bytes a
-bounded point holds, a few levels deep, each child's LP solved on that
-instance from its parent's basis and rounded the same way: a small branch
-and bound that needs none of the cuts the whole program spends its root on
-(`_Milp._divide`), and that divides on a plan and its mirror (two mesh axes
-of one size swapped, `symmetry.py`) once.  Where that proof falls short too, the whole 0-1 program
+proves where the LP is tight (`_Milp.relaxed`).  (Where two mesh axes are
+mirrors, `symmetry.py`, and the memory rows are the same under the swap,
+the LP is solved folded, one variable per column and its mirror,
+`_Milp._folded`: the same bound in a quarter of the time.)  Where the LP is
+not tight, the blend is divided on the class whose blended choices differ
+most in the bytes a bounded point holds, a few levels deep, each child's
+LP solved on that instance from its parent's basis and rounded the same
+way: a small branch and bound that needs none of the cuts the whole
+program spends its root on (`_Milp._divide`), and that divides on a plan
+and its mirror (two mesh axes of one size swapped, `symmetry.py`) once.
+Where that proof falls short too, the whole 0-1 program
 is solved (highspy too: scipy's `milp` bundles an older HiGHS, whose branch
 and bound took 57 s on Mixtral's bounded forward where highspy 1.16 took
 9.6 s, to a dearer plan), stopped within 0.2% of the optimum, or 2% with
@@ -133,7 +134,7 @@ class _Milp:
         self._base = None       # the choice and pair rows, as `_base_rows` gives them
         self.proved = False     # whether the last `solve` proved its plan within its gap
         # Seconds a whole LP relaxation took (its folded one's, scaled by
-        # its columns), and whether a solve left its plan unproved because
+        # its columns and rows), and whether a solve left its plan unproved because
         # less time was left than that: nothing the whole LP bounds (the
         # division, the 0-1 program) ends in less.
         self.lp_seconds = 0.0
@@ -264,41 +265,37 @@ class _Milp:
     def _program(self, memory_rows, budget, minimize_peak: bool, cost_weight: float,
                  columns=None):
         """The 0-1 program `solve` hands HiGHS: (objective, matrix, column
-        bounds, row bounds, the peak's unit, columns, memory rows).
+        lower and upper bounds, row lower and upper bounds, the peak's unit,
+        the number of columns, the memory rows over the columns).
         `columns`, where given, are the memory rows as `_columns` gives them."""
         from scipy import sparse
 
-        rows = []
         n = self.variables + (1 if minimize_peak else 0)
         if budget is None and not minimize_peak:
             columns = []
         elif columns is None:
             columns = [self._columns(row) for row in memory_rows]
+        col_lower = np.zeros(n)
+        if not minimize_peak:
+            matrix, lower, upper = self._with_rows(columns, budget)
+            return self.objective, matrix, col_lower, self.upper.copy(), lower, upper, 1.0, n, \
+                columns
         # The peak is counted in units of the largest term: HiGHS called
         # rows of bytes (up to 4e12 on Llama-3-8B) against the peak's own
         # coefficient of -1 infeasible.
         unit = max((float(np.max(values)) for _, values in columns if len(values)), default=1.0)
-        unit = unit if minimize_peak and unit > 0 else 1.0
-        for cols, values in columns:
-            if minimize_peak:
-                rows.append(([*cols, n - 1], [*(values / unit), -1.0], -np.inf, 0.0))
-            else:
-                rows.append((cols, values, -np.inf, budget))
+        unit = unit if unit > 0 else 1.0
+        rows = [([*cols, n - 1], [*(values / unit), -1.0], -np.inf, 0.0)
+                for cols, values in columns]
         base, base_lower, base_upper = self._base_rows()
-        if minimize_peak:
-            base = sparse.hstack([base, sparse.csr_array((base.shape[0], 1))], format="csr")
+        base = sparse.hstack([base, sparse.csr_array((base.shape[0], 1))], format="csr")
         matrix = sparse.vstack([base, self._matrix(rows, n)], format="csr") if rows else base
-        lower = [*base_lower, *(lo for _c, _v, lo, _hi in rows)]
-        upper = [*base_upper, *(hi for _c, _v, _lo, hi in rows)]
-        col_lower = np.zeros(n)
-        if minimize_peak:
-            objective = np.zeros(n)
-            objective[:self.variables] = cost_weight / unit * self.objective
-            objective[-1] = 1.0
-            col_upper = np.concatenate([self.upper, [np.inf]])
-        else:
-            objective = self.objective
-            col_upper = self.upper.copy()
+        lower = [*base_lower, *[-np.inf] * len(rows)]
+        upper = [*base_upper, *[0.0] * len(rows)]
+        objective = np.zeros(n)
+        objective[:self.variables] = cost_weight / unit * self.objective
+        objective[-1] = 1.0
+        col_upper = np.concatenate([self.upper, [np.inf]])
         return objective, matrix, col_lower, col_upper, lower, upper, unit, n, rows
 
     def least_on_support(self, memory_rows, time_limit: float, cost_weight: float = 0.0):
@@ -522,12 +519,12 @@ class _Milp:
     def _with_rows(self, columns, budget):
         """(matrix, row lower bounds, row upper bounds): the choice and pair
         rows, and each memory row bounded by `budget`."""
+        from scipy import sparse
+
         base, lower, upper = self._base_rows()
         if not columns:
             return base, lower, upper
         memory = self._matrix([(cols, values, 0, 0) for cols, values in columns], self.variables)
-        from scipy import sparse
-
         return (sparse.vstack([base, memory], format="csr"), [*lower, *[-np.inf] * len(columns)],
                 [*upper, *[budget] * len(columns)])
 
