@@ -3,8 +3,12 @@
 Values that are the same tensor seen from two places (a while carry as
 operand, block argument, yielded value and result; a call's operand and its
 callee's argument) must share a sharding: `tied_values` lists those pairs
-and propagation treats each as an identity.  `optimization_barrier` and the
-sharding constraints are identities op by op.
+and propagation treats each as an identity.  An `optimization_barrier` ties
+each operand to its result the same way: its operands are independent
+tensors that only share a scheduling point (`jax.checkpoint` passes a
+layer's weights, its input and the cotangent through one), so a mesh axis
+may split any number of them at once, which one rule over all of its
+operands could not say.  The sharding constraints are identities op by op.
 
 Shardy's propagation controls are ties too: ``sdy.propagation_barrier`` ties
 its operand to its result in the directions it allows, and the values of one
@@ -37,12 +41,6 @@ def _identities(op: ir.Operation) -> RuleBuilder:
             dims[index] = dim
             builder.factor(size, FactorKind.PASS_THROUGH, dims, dims)
     return builder
-
-
-@register("stablehlo.optimization_barrier")
-def _barrier(op: ir.Operation):
-    return _identities(op).build(UnreducedFlow.JOINT, range(len(op.operands)),
-                                 keeps_attributes=True)
 
 
 @register("stablehlo.all_reduce", "stablehlo.collective_permute",
@@ -235,6 +233,11 @@ def _while_ties(op: ir.Operation):
         ties += [(operand, result), (result, condition.arguments[index]),
                  (result, body.arguments[index]), (result, yielded[index])]
     return ties
+
+
+@register_ties("stablehlo.optimization_barrier")
+def _barrier_ties(op: ir.Operation):
+    return list(zip(op.operands, op.results))
 
 
 @register_ties("stablehlo.if", "stablehlo.case")

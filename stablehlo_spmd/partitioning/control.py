@@ -3,6 +3,13 @@ slices a scanned layer stack is made of.
 
 * ``while`` keeps its carries in their propagated shardings: operands are
   resharded to them and both regions run per device.
+* ``optimization_barrier`` passes each per-device operand through as it
+  is, and its results are moved to their own shardings after it.  A move
+  before it could hand the barrier a form the partitioner made for the
+  forward (a gathered weight, from its reshard cache), which would then
+  live from the forward to the backward that ``jax.checkpoint`` wanted to
+  recompute it in; after it, the move is part of the recomputation, as the
+  recomputed forward's collectives are in XLA.
 * ``if`` / ``case`` read a replicated predicate (every device must take the
   same branch, or the collectives inside the branches would not match up),
   and every branch yields the op's results in their shardings, as full
@@ -63,6 +70,20 @@ def emit_while(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
     result_types = [local_type(r.type, s) for r, s in zip(op.results, carries)]
     return p.create(op, operands, result_types,
                     regions=[(carries, None), (carries, carries)]).results
+
+
+def _barrier_plan(p: PartitionContext, op: ir.Operation) -> Plan:
+    wanted = [s if shape_of(r) is not None else None
+              for r, s in zip(op.results, p.result_shardings(op))]
+    as_is = [p.shardings.get(v) if shape_of(v) is not None else None for v in op.operands]
+    return Plan(wanted, [None] * len(op.operands), as_is)
+
+
+@strategy("stablehlo.optimization_barrier", plan=_barrier_plan)
+def emit_barrier(p: PartitionContext, op: ir.Operation, plan: Plan, operands):
+    result_types = [local_type(r.type, s) if s is not None else r.type
+                    for r, s in zip(op.results, plan.produced)]
+    return p.create(op, operands, result_types).results
 
 
 # --------------------------------------------------------------- branches

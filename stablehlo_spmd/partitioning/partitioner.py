@@ -541,7 +541,7 @@ class Partitioner:
 # their operand, control flow ties its regions, constants are made in place.
 _OWNS_ITS_PLACEMENT = frozenset({
     "stablehlo.custom_call", "stablehlo.while", "stablehlo.if", "stablehlo.case", "func.call",
-    "stablehlo.constant", "stablehlo.iota",
+    "stablehlo.optimization_barrier", "stablehlo.constant", "stablehlo.iota",
 })
 
 _REBUILD_DEPTH = 4

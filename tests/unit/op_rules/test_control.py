@@ -107,14 +107,19 @@ def test_while_and_call_have_no_factor_rule_but_count_as_handled():
     assert not op_rules.has_rule("stablehlo.no_such_op")
 
 
-def test_optimization_barrier_is_identity_per_operand():
-    rule = rule_of("""
+def test_optimization_barrier_ties_each_operand_to_its_result_alone():
+    # Not one rule over all operands: a rule lets a mesh axis split one of
+    # its factors, and jax.checkpoint's barrier carries several weights that
+    # one axis splits at once.
+    text = """
       func.func @main(%a: tensor<4xf32>, %b: tensor<2x3xf32>) -> tensor<4xf32> {
-        %0:2 = stablehlo.optimization_barrier %a, %b : tensor<4xf32>, tensor<2x3xf32>
-        return %0#0 : tensor<4xf32>
-      }""", "stablehlo.optimization_barrier")
-    expect(rule, {"a": (4, P), "b": (2, P), "c": (3, P)}, ["a", "bc"], ["a", "bc"],
-           JOINT, (0, 1))
+        %0:2 = stablehlo.optimization_barrier %a, %b : tensor<4xf32>, tensor<2x3xf32> loc("barrier")
+        return %0#0 : tensor<4xf32> loc("ret")
+      } loc("main")"""
+    assert ties_of(text, "stablehlo.optimization_barrier") == pairs(
+        ("main.0.0", "barrier#0"), ("main.0.1", "barrier#1"))
+    assert rule_of(text, "stablehlo.optimization_barrier") is None
+    assert op_rules.has_rule("stablehlo.optimization_barrier")
 
 
 def test_custom_call_sharding_is_identity_and_others_have_no_rule():
