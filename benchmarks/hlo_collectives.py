@@ -22,6 +22,24 @@ operands.  An async pair (``all-gather-start`` / ``all-gather-done``) is
 counted once, at its start; a collective XLA wraps in a generic
 ``async-start`` is counted where it appears, inside the wrapped computation.
 
+Loops and calls: a program is counted as it runs, from its entry.  A
+collective in a loop body runs once per iteration, so its record carries
+``times``, the runs per step, and ``bytes`` is the total over those runs
+(``per_run`` is one run's): the body of a loop of n iterations counts n
+times, its condition n + 1 times (it runs once more, to stop), and nested
+loops multiply.  XLA writes n into the while's ``backend_config``
+(``"known_trip_count":{"n":"32"}``); in StableHLO it is read from the shape
+JAX lowers ``lax.scan`` and ``fori_loop`` to: an integer counter that starts
+at a constant, is compared ``LT`` with a constant (in the condition, or a
+carry that starts at one and the body passes on unchanged), and grows by a
+constant 1 each iteration.  A loop of any other shape has an unknown trip
+count: it is counted once and named in the result's ``unknown_loops``, so a
+count that is too low says so.  A conditional counts its largest branch (by
+bytes) once.  Anything else a computation calls (``call``, fusions, generic
+async wrappers, ``func.call``) counts at each call site, as often as its
+caller runs; a computation nothing reaches from the entry is not counted
+(XLA's reduction bodies, dead private functions).
+
 Plain text and regular expressions only, except `emitted_collectives`, which
 reads the module with jaxlib's MLIR bindings.
 """
@@ -50,17 +68,55 @@ class Collective:
     kind: str
     shape: str        # the per-device operand shape(s)
     group: int        # p
-    bytes: float      # per device, DESIGN.md's cost table
+    bytes: float      # per device, DESIGN.md's cost table, over all `times` runs
     # The instruction it serves, where the text says: a StableHLO op's location name, an
     # HLO instruction's metadata op_name (XLA carries the location there).
     source: str = dataclasses.field(default="", compare=False)
+    times: int = 1    # runs per step: the trip counts of the loops around it, multiplied
+
+    @property
+    def per_run(self) -> float:
+        return self.bytes / self.times
 
     def describe(self) -> str:
-        return f"{self.kind:<18} {self.shape:<34} p={self.group:<2} {fmt_bytes(self.bytes):>9}"
+        runs = f"  x{self.times}" if self.times != 1 else ""
+        return (f"{self.kind:<18} {self.shape:<34} p={self.group:<2} "
+                f"{fmt_bytes(self.bytes):>9}{runs}")
+
+
+class CollectiveList(list):
+    """A program's collectives (a plain list of `Collective`, in program order) and the
+    loops whose trip count could not be read (`unknown_loops`, by name): each of those
+    is counted once, so a total is low by their missing iterations."""
+
+    def __init__(self, found=(), unknown_loops=()):
+        super().__init__(found)
+        self.unknown_loops = tuple(unknown_loops)
 
 
 def total_bytes(found: list[Collective]) -> float:
+    """Bytes one device moves per step (each record's bytes already cover all its runs)."""
     return sum(c.bytes for c in found)
+
+
+def executions(found: list[Collective], kind: str | None = None) -> int:
+    """How many collectives (of `kind`, or of any) one step carries out."""
+    return sum(c.times for c in found if kind is None or c.kind == kind)
+
+
+def _repeated(found: list[Collective], times: int) -> list[Collective]:
+    """`found` as it runs `times` times over (inside a loop of that many iterations); a
+    loop that never iterates runs none of it."""
+    if times == 1:
+        return list(found)
+    if times == 0:
+        return []
+    return [dataclasses.replace(c, times=c.times * times, bytes=c.bytes * times)
+            for c in found]
+
+
+def _unique(names: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))
 
 
 def collective_cost(kind: str, operand_bytes: float, result_bytes: float, p: int) -> float:
@@ -172,47 +228,163 @@ def _async_result(shape: str) -> str:
     return halves[1] if len(halves) == 2 else shape
 
 
+def _instruction(line: str) -> tuple[str, str, str, str] | None:
+    match = _INSTRUCTION.match(re.sub(r"/\*.*?\*/", "", line))   # drop /*index=5*/
+    if not match:
+        return None
+    name, rest = match.groups()
+    shape, rest = _split_shape(rest)
+    return name, shape, rest.split("(", 1)[0].strip(), rest
+
+
 def instructions(hlo_text: str) -> Iterator[tuple[str, str, str, str]]:
     """(name, shape, opcode, ``opcode(operands), attributes``) of each instruction line."""
     for line in hlo_text.splitlines():
-        match = _INSTRUCTION.match(re.sub(r"/\*.*?\*/", "", line))   # drop /*index=5*/
-        if not match:
-            continue
-        name, rest = match.groups()
-        shape, rest = _split_shape(rest)
-        yield name, shape, rest.split("(", 1)[0].strip(), rest
+        parsed = _instruction(line)
+        if parsed:
+            yield parsed
 
 
-def collectives(hlo_text: str, devices: int) -> list[Collective]:
-    """Every collective of an HLO module's text, with its per-device cost.
+def _hlo_collective(shape: str, opcode: str, rest: str, shapes: dict[str, str],
+                    devices: int) -> Collective | None:
+    """The collective one instruction performs, or None; `shapes` holds the shapes of the
+    instructions before it, for operands printed by name only."""
+    started = opcode.endswith("-start")
+    kind = opcode[:-len("-start")] if started else opcode
+    if kind not in COLLECTIVE_KINDS:
+        return None   # (a "-done" lands here too: its "-start" was counted)
+    operands, attrs = _operands(rest)
+    operand_shapes = []
+    for operand in operands:
+        if re.search(r"\[[\d,]*\]", operand.split("%")[0]):   # inline "f32[2,8]{1,0} %x"
+            operand_shapes.append(operand.rsplit(" ", 1)[0])
+        else:
+            operand_shapes.append(shapes.get(operand.lstrip("%").split(" ")[-1], ""))
+    if kind == "collective-permute":
+        operand_shapes = operand_shapes[:1]   # (the in-place form's other operands are indices)
+        p = 1
+    else:
+        p = _group_size(attrs, devices)
+    result = _async_result(shape) if started and kind == "all-gather" else shape
+    source = re.search(r'metadata=\{[^}]*\bop_name="([^"]*)"', attrs)
+    return _record(kind, operand_shapes, result, p, source.group(1) if source else "")
+
+
+# A computation's first line: ``%add (a: f32[], b: f32[]) -> f32[] {``, ``ENTRY %main (...``.
+_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*[({]")
+# The attributes that name computations an instruction runs.
+_CALLED = re.compile(r"\b(?:to_apply|calls|body|condition|branch_computations|"
+                     r"true_computation|false_computation|called_computations|select|scatter)"
+                     r"=(\{[^{}]*\}|%?[\w.\-]+)")
+_TRIP_COUNT = re.compile(r'\\?"known_trip_count\\?"\s*:\s*\{\s*\\?"n\\?"\s*:\s*\\?"?(\d+)')
+
+
+def _computations(hlo_text: str) -> tuple[dict[str, list[str]], str]:
+    """The lines of each computation by name, and the entry computation's name.
+
+    A text with no ENTRY (a fragment of instruction lines) is read as one computation
+    of all its lines, as this counter read every text before it followed calls.
+    """
+    bodies: dict[str, list[str]] = {}
+    entry, current = None, None
+    for line in hlo_text.splitlines():
+        header = _COMPUTATION.match(line)
+        if header and line.rstrip().endswith("{"):
+            current = header.group(2)
+            bodies[current] = []
+            if header.group(1):
+                entry = current
+        elif line.startswith("}"):
+            current = None
+        elif current is not None:
+            bodies[current].append(line)
+    if entry is None:
+        return {"": hlo_text.splitlines()}, ""
+    return bodies, entry
+
+
+def _called(opcode: str, rest: str, bodies: dict[str, list[str]]) -> list[str]:
+    """The computations an instruction runs, in the order it names them."""
+    if opcode in ("async-update", "async-done"):
+        return []   # they name the computation their async-start already ran
+    names = []
+    for value in _CALLED.findall(rest):   # (operands never hold "name=")
+        names += [name for name in re.findall(r"%?([\w.\-]+)", value) if name in bodies]
+    return names
+
+
+def _trip_count(rest: str) -> int | None:
+    found = _TRIP_COUNT.search(rest)
+    return int(found.group(1)) if found else None
+
+
+class _HloProgram:
+    """An HLO module's computations, each counted once per run and remembered, so a
+    computation called from many places is read once."""
+
+    def __init__(self, hlo_text: str, devices: int):
+        self.bodies, self.entry = _computations(hlo_text)
+        self.devices = devices
+        self.counted: dict[str, list[Collective]] = {}
+        self.unknown_loops: list[str] = []
+
+    def run(self, computation: str) -> list[Collective]:
+        """The collectives one run of `computation` performs, with those of everything it
+        calls."""
+        if computation not in self.counted:
+            self.counted[computation] = []            # (HLO has no recursion; a guard anyway)
+            self.counted[computation] = self._count(self.bodies[computation])
+        return self.counted[computation]
+
+    def _count(self, lines: list[str]) -> list[Collective]:
+        shapes: dict[str, str] = {}   # per computation: parameter names repeat across them
+        found: list[Collective] = []
+        for parsed in filter(None, map(_instruction, lines)):
+            name, shape, opcode, rest = parsed
+            shapes[name] = shape
+            record = _hlo_collective(shape, opcode, rest, shapes, self.devices)
+            if record is not None:
+                found.append(record)
+            found += self._calls(name, opcode, rest)
+        return found
+
+    def _calls(self, name: str, opcode: str, rest: str) -> list[Collective]:
+        called = _called(opcode, rest, self.bodies)
+        if not called:
+            return []
+        if opcode == "conditional":
+            # One branch runs; which one is data: the largest bounds the cost.
+            return max((self.run(branch) for branch in called), key=total_bytes)
+        if opcode == "while":
+            return self._loop(name, rest)
+        return [c for computation in called for c in self.run(computation)]
+
+    def _loop(self, name: str, rest: str) -> list[Collective]:
+        """A while's body runs once per iteration and its condition once more, to stop;
+        where XLA wrote no trip count, each runs once and the loop is named as unknown."""
+        trips = _trip_count(rest)
+        if trips is None:
+            self.unknown_loops.append(name)
+        body_runs, condition_runs = (1, 1) if trips is None else (trips, trips + 1)
+        found = []
+        for attribute, runs in (("body", body_runs), ("condition", condition_runs)):
+            computation = re.search(rf"\b{attribute}=%?([\w.\-]+)", rest)
+            if computation and computation.group(1) in self.bodies:
+                found += _repeated(self.run(computation.group(1)), runs)
+        return found
+
+
+def collectives(hlo_text: str, devices: int) -> CollectiveList:
+    """Every collective an HLO module runs per step, with its per-device cost, counted
+    from ENTRY through loops, conditionals and calls (the module docstring says how).
 
     `devices` is the group size of a collective over every partition
-    (``replica_groups={}`` or none).
+    (``replica_groups={}`` or none).  The result's `unknown_loops` names each while
+    whose trip count XLA did not write, counted once.
     """
-    shapes: dict[str, str] = {}
-    found = []
-    for name, shape, opcode, rest in instructions(hlo_text):
-        shapes[name] = shape
-        started = opcode.endswith("-start")
-        kind = opcode[:-len("-start")] if started else opcode
-        if kind not in COLLECTIVE_KINDS:
-            continue   # (a "-done" lands here too: its "-start" was counted)
-        operands, attrs = _operands(rest)
-        operand_shapes = []
-        for operand in operands:
-            if re.search(r"\[[\d,]*\]", operand.split("%")[0]):   # inline "f32[2,8]{1,0} %x"
-                operand_shapes.append(operand.rsplit(" ", 1)[0])
-            else:
-                operand_shapes.append(shapes.get(operand.lstrip("%").split(" ")[-1], ""))
-        if kind == "collective-permute":
-            operand_shapes = operand_shapes[:1]   # (the in-place form's other operands are indices)
-            p = 1
-        else:
-            p = _group_size(attrs, devices)
-        result = _async_result(shape) if started and kind == "all-gather" else shape
-        source = re.search(r'metadata=\{[^}]*\bop_name="([^"]*)"', attrs)
-        found.append(_record(kind, operand_shapes, result, p, source.group(1) if source else ""))
-    return found
+    program = _HloProgram(hlo_text, devices)
+    found = program.run(program.entry)
+    return CollectiveList(found, _unique(program.unknown_loops))
 
 
 # ------------------------------------------------------------------ StableHLO (as emitted)
@@ -250,27 +422,165 @@ def _stablehlo_group_size(op, devices: int) -> int:
     return sum(1 for device in first if device >= 0)   # -1 pads a shorter group
 
 
-def emitted_collectives(module_text: str, devices: int) -> list[Collective]:
-    """Every collective of a partitioned StableHLO module as the partitioner emitted it,
-    before XLA compiles (and may combine, split or add to) them."""
+def _location_name(op) -> str:
+    name = re.search(r'loc\("([^"]+)"[()]', str(op.location))   # a name, not a file
+    return name.group(1) if name else ""
+
+
+def _stablehlo_collective(op, kind: str, devices: int) -> Collective:
+    operands = [_hlo_shape(v.type) for v in op.operands]
+    results = [_hlo_shape(r.type) for r in op.results]
+    p = 1 if kind == "collective-permute" else _stablehlo_group_size(op, devices)
+    return _record(kind, operands, ", ".join(results), p, _location_name(op))
+
+
+def _terminator(block):
+    return block.operations[len(block.operations) - 1]
+
+
+def _passed_on(loop, index: int) -> bool:
+    """Whether a while's body returns carry `index` unchanged, so it keeps its first value."""
     from jaxlib.mlir import ir
 
+    body = loop.regions[1].blocks[0]
+    returned = _terminator(body).operands[index]
+    return isinstance(returned, ir.BlockArgument) and returned.owner == body and \
+        returned.arg_number == index
+
+
+def _constant_int(value) -> int | None:
+    """The integer a scalar always holds, where the program makes it a constant: a
+    ``stablehlo.constant``, seen through manual-computation arguments and through loop
+    carries the loop passes on unchanged (``fori_loop``'s upper bound)."""
+    from jaxlib.mlir import ir
+
+    while isinstance(value, ir.BlockArgument):
+        owner = value.owner.owner
+        name = owner.operation.name
+        if name == "stablehlo.while" and not _passed_on(owner, value.arg_number):
+            return None
+        if name not in ("stablehlo.while", "sdy.manual_computation"):
+            return None   # a function's argument: its value is the caller's
+        value = owner.operands[value.arg_number]
+    op = value.owner
+    if op.operation.name != "stablehlo.constant":
+        return None
+    try:
+        constant = ir.DenseIntElementsAttr(op.attributes["value"])
+    except ValueError:
+        return None   # a float
+    return int(constant[0]) if constant.is_splat else None
+
+
+def _counter_step(loop, index: int) -> int | None:
+    """What the body adds to carry `index` each iteration, where it adds a constant."""
+    from jaxlib.mlir import ir
+
+    body = loop.regions[1].blocks[0]
+    returned = _terminator(body).operands[index]
+    if not isinstance(returned, ir.OpResult) or \
+            returned.owner.operation.name != "stablehlo.add":
+        return None
+    left, right = returned.owner.operands
+    for counter, step in ((left, right), (right, left)):
+        if isinstance(counter, ir.BlockArgument) and counter.owner == body and \
+                counter.arg_number == index:
+            return _constant_int(step)
+    return None
+
+
+def _stablehlo_trip_count(loop) -> int | None:
+    """A ``stablehlo.while``'s iterations, where it has the shape JAX lowers ``lax.scan``
+    and ``fori_loop`` to: ``while counter < limit`` with the counter starting at a constant
+    and growing by 1, the limit a constant; None for any other loop."""
+    from jaxlib.mlir import ir
+
+    condition = loop.regions[0].blocks[0]
+    predicate = _terminator(condition).operands[0]
+    if not isinstance(predicate, ir.OpResult):
+        return None
+    compare = predicate.owner
+    if compare.operation.name != "stablehlo.compare" or \
+            not re.search(r"\bLT\b", str(compare.attributes["comparison_direction"])):
+        return None
+    counter, limit = compare.operands
+    if not isinstance(counter, ir.BlockArgument) or counter.owner != condition:
+        return None
+    index = counter.arg_number
+    start, stop = _constant_int(loop.operands[index]), _constant_int(limit)
+    if start is None or stop is None or _counter_step(loop, index) != 1:
+        return None
+    return max(0, stop - start)
+
+
+class _StableHloProgram:
+    """A partitioned module's functions, each counted once per call and remembered."""
+
+    def __init__(self, module, devices: int):
+        self.functions = {
+            op.attributes["sym_name"].value: op
+            for op in module.regions[0].blocks[0].operations
+            if op.operation.name == "func.func"}
+        self.devices = devices
+        self.counted: dict[str, list[Collective]] = {}
+        self.unknown_loops: list[str] = []
+
+    def entries(self) -> list[str]:
+        """The public functions, where a run starts (private ones run only when called)."""
+        public = [name for name, op in self.functions.items()
+                  if "sym_visibility" not in op.attributes
+                  or op.attributes["sym_visibility"].value != "private"]
+        return public or list(self.functions)
+
+    def call(self, function: str) -> list[Collective]:
+        """The collectives one call of `function` performs."""
+        if function not in self.counted:
+            self.counted[function] = []   # a recursive call counts once
+            if function in self.functions:
+                self.counted[function] = self.region(self.functions[function].regions[0],
+                                                     function)
+        return self.counted[function]
+
+    def region(self, region, function: str) -> list[Collective]:
+        return [c for block in region.blocks for op in block.operations
+                for c in self.op(op, function)]
+
+    def op(self, op, function: str) -> list[Collective]:
+        name = op.operation.name
+        kind = _STABLEHLO_KINDS.get(name)
+        if kind is not None:
+            return [_stablehlo_collective(op, kind, self.devices)]   # (its region: a scalar sum)
+        if name == "func.call":
+            return self.call(op.attributes["callee"].value)
+        if name == "stablehlo.while":
+            return self.loop(op, function)
+        if name in ("stablehlo.case", "stablehlo.if"):
+            # One branch runs; which one is data: the largest bounds the cost.
+            return max((self.region(branch, function) for branch in op.regions),
+                       key=total_bytes, default=[])
+        return [c for region in op.regions for c in self.region(region, function)]
+
+    def loop(self, op, function: str) -> list[Collective]:
+        """The body once per iteration and the condition once more; each once, and the
+        loop named as unknown, where the trip count cannot be read."""
+        trips = _stablehlo_trip_count(op)
+        if trips is None:
+            self.unknown_loops.append(f"@{function}: {_location_name(op) or 'stablehlo.while'}")
+        body_runs, condition_runs = (1, 1) if trips is None else (trips, trips + 1)
+        condition, body = op.regions
+        return _repeated(self.region(body, function), body_runs) + \
+            _repeated(self.region(condition, function), condition_runs)
+
+
+def emitted_collectives(module_text: str, devices: int) -> CollectiveList:
+    """Every collective a partitioned StableHLO module runs per step, as the partitioner
+    emitted them, before XLA compiles (and may combine, split or add to) them; counted
+    from the public functions through loops, conditionals and calls as `collectives`
+    counts HLO (the module docstring says how), with `unknown_loops` alike."""
     from stablehlo_spmd.ir import make_context, parse_module
 
-    found = []
     with make_context() as context:
         module = parse_module(module_text, "<partitioned>", context)
-
-        def visit(op):
-            kind = _STABLEHLO_KINDS.get(op.name)
-            if kind is not None:
-                operands = [_hlo_shape(v.type) for v in op.operands]
-                results = [_hlo_shape(r.type) for r in op.results]
-                p = 1 if kind == "collective-permute" else _stablehlo_group_size(op, devices)
-                name = re.search(r'loc\("([^"]+)"[()]', str(op.location))   # a name, not a file
-                found.append(_record(kind, operands, ", ".join(results), p,
-                                     name.group(1) if name else ""))
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
-    return found
+        program = _StableHloProgram(module, devices)
+        found = [c for entry in program.entries() for c in program.call(entry)]
+    return CollectiveList(found, _unique(program.unknown_loops))

@@ -20,7 +20,7 @@ import sys
 from typing import Any, Callable
 
 from hlo_collectives import (  # benchmarks/hlo_collectives.py, beside this module
-    COLLECTIVE_KINDS, Collective, fmt_bytes, total_bytes)
+    COLLECTIVE_KINDS, Collective, executions, fmt_bytes, total_bytes)
 
 SHORT = {"all-reduce": "AR", "all-gather": "AG", "reduce-scatter": "RS", "all-to-all": "A2A",
          "collective-permute": "CP"}
@@ -154,7 +154,7 @@ def ratio(a: float | None, b: float | None) -> str:
 def counts(found: list[Collective]) -> str:
     parts = []
     for kind in COLLECTIVE_KINDS:
-        count = sum(c.kind == kind for c in found)
+        count = executions(found, kind)   # a collective in a loop, once per iteration
         if count:
             parts.append(f"{count}{SHORT[kind]}")
     return " ".join(parts) or "none"

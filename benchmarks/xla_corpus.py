@@ -410,7 +410,7 @@ def _why_not_run(hlo: str, text: str) -> str | None:
 def _kind_counts(found) -> dict[str, int]:
     counts: dict[str, int] = {}
     for collective in found:
-        counts[collective.kind] = counts.get(collective.kind, 0) + 1
+        counts[collective.kind] = counts.get(collective.kind, 0) + collective.times
     return counts
 
 
