@@ -29,10 +29,8 @@ collective in a loop body runs once per iteration, so its record carries
 times, its condition n + 1 times (it runs once more, to stop), and nested
 loops multiply.  XLA writes n into the while's ``backend_config``
 (``"known_trip_count":{"n":"32"}``); in StableHLO it is read from the shape
-JAX lowers ``lax.scan`` and ``fori_loop`` to: an integer counter that starts
-at a constant, is compared ``LT`` with a constant (in the condition, or a
-carry that starts at one and the body passes on unchanged), and grows by a
-constant 1 each iteration.  A loop of any other shape has an unknown trip
+JAX lowers ``lax.scan`` and ``fori_loop`` to (`stablehlo_spmd.loops`, which
+the search prices loop bodies by too).  A loop of any other shape has an unknown trip
 count: it is counted once and named in the result's ``unknown_loops``, so a
 count that is too low says so.  A conditional counts its largest branch (by
 bytes) once.  Anything else a computation calls (``call``, fusions, generic
@@ -434,85 +432,6 @@ def _stablehlo_collective(op, kind: str, devices: int) -> Collective:
     return _record(kind, operands, ", ".join(results), p, _location_name(op))
 
 
-def _terminator(block):
-    return block.operations[len(block.operations) - 1]
-
-
-def _passed_on(loop, index: int) -> bool:
-    """Whether a while's body returns carry `index` unchanged, so it keeps its first value."""
-    from jaxlib.mlir import ir
-
-    body = loop.regions[1].blocks[0]
-    returned = _terminator(body).operands[index]
-    return isinstance(returned, ir.BlockArgument) and returned.owner == body and \
-        returned.arg_number == index
-
-
-def _constant_int(value) -> int | None:
-    """The integer a scalar always holds, where the program makes it a constant: a
-    ``stablehlo.constant``, seen through manual-computation arguments and through loop
-    carries the loop passes on unchanged (``fori_loop``'s upper bound)."""
-    from jaxlib.mlir import ir
-
-    while isinstance(value, ir.BlockArgument):
-        owner = value.owner.owner
-        name = owner.operation.name
-        if name == "stablehlo.while" and not _passed_on(owner, value.arg_number):
-            return None
-        if name not in ("stablehlo.while", "sdy.manual_computation"):
-            return None   # a function's argument: its value is the caller's
-        value = owner.operands[value.arg_number]
-    op = value.owner
-    if op.operation.name != "stablehlo.constant":
-        return None
-    try:
-        constant = ir.DenseIntElementsAttr(op.attributes["value"])
-    except ValueError:
-        return None   # a float
-    return int(constant[0]) if constant.is_splat else None
-
-
-def _counter_step(loop, index: int) -> int | None:
-    """What the body adds to carry `index` each iteration, where it adds a constant."""
-    from jaxlib.mlir import ir
-
-    body = loop.regions[1].blocks[0]
-    returned = _terminator(body).operands[index]
-    if not isinstance(returned, ir.OpResult) or \
-            returned.owner.operation.name != "stablehlo.add":
-        return None
-    left, right = returned.owner.operands
-    for counter, step in ((left, right), (right, left)):
-        if isinstance(counter, ir.BlockArgument) and counter.owner == body and \
-                counter.arg_number == index:
-            return _constant_int(step)
-    return None
-
-
-def _stablehlo_trip_count(loop) -> int | None:
-    """A ``stablehlo.while``'s iterations, where it has the shape JAX lowers ``lax.scan``
-    and ``fori_loop`` to: ``while counter < limit`` with the counter starting at a constant
-    and growing by 1, the limit a constant; None for any other loop."""
-    from jaxlib.mlir import ir
-
-    condition = loop.regions[0].blocks[0]
-    predicate = _terminator(condition).operands[0]
-    if not isinstance(predicate, ir.OpResult):
-        return None
-    compare = predicate.owner
-    if compare.operation.name != "stablehlo.compare" or \
-            not re.search(r"\bLT\b", str(compare.attributes["comparison_direction"])):
-        return None
-    counter, limit = compare.operands
-    if not isinstance(counter, ir.BlockArgument) or counter.owner != condition:
-        return None
-    index = counter.arg_number
-    start, stop = _constant_int(loop.operands[index]), _constant_int(limit)
-    if start is None or stop is None or _counter_step(loop, index) != 1:
-        return None
-    return max(0, stop - start)
-
-
 class _StableHloProgram:
     """A partitioned module's functions, each counted once per call and remembered."""
 
@@ -563,7 +482,9 @@ class _StableHloProgram:
     def loop(self, op, function: str) -> list[Collective]:
         """The body once per iteration and the condition once more; each once, and the
         loop named as unknown, where the trip count cannot be read."""
-        trips = _stablehlo_trip_count(op)
+        from stablehlo_spmd.loops import trip_count
+
+        trips = trip_count(op)
         if trips is None:
             self.unknown_loops.append(f"@{function}: {_location_name(op) or 'stablehlo.while'}")
         body_runs, condition_runs = (1, 1) if trips is None else (trips, trips + 1)
