@@ -28,3 +28,10 @@ class Node:
     is_broadcast: bool = False
     is_tie: bool = False
     directions: str = "both"  # or "forward", "backward", "none" (a propagation barrier)
+    # How many times the op runs per run of the program: the trip counts of the
+    # loops around it (a scanned layer's op runs once per layer), multiplied.
+    repeats: int = 1
+    # The loops around the op, outermost first, each as the (first, last) node of
+    # its regions: a value made before a loop and read inside is read on every
+    # iteration, so it is held until the loop ends.
+    loops: tuple[tuple[int, int], ...] = ()

@@ -68,7 +68,7 @@ class _Memory:
             for value in node.operands:
                 if value != NO_VALUE:
                     span = spans.setdefault(value, [index, index])
-                    span[1] = max(span[1], index)
+                    span[1] = max(span[1], self._held_to(node, index, span[0]))
         # Each argument and each result is its own buffer for the whole
         # program (a step's updated parameter is tied to the parameter, but
         # without donation XLA holds both); a class's other values live in them.
@@ -148,6 +148,17 @@ class _Memory:
         self.lendable = sum(float(terms[term][2].max()) for term, birth in self.live_out
                             if birth > 0)
         return terms
+
+    @staticmethod
+    def _held_to(node, index: int, made: int) -> int:
+        """Where a value made at node `made` and read by `node` (at `index`)
+        is held to: the read itself, or, inside a loop the value was made
+        before, the loop's end, as every iteration reads it again (a scanned
+        step's stacked weights and its carries)."""
+        for first, last in node.loops:
+            if made < first:
+                return max(index, last)
+        return index
 
     def _remade_in_readers(self, spans: dict[int, list[int]], producer_of: dict[int, int],
                            held_throughout) -> set[int]:

@@ -411,9 +411,9 @@ class Search(_Memory):
         matrices: dict[tuple, np.ndarray] = {}   # repeated layers repeat their edges
 
         def add_pair(unit_a: int, layouts_a: list, unit_b: int, layouts_b: list, value: int,
-                     reader: int | None = None):
+                     reader: int | None, repeats: int):
             # cost[s, t] of unit_a's strategy s giving `value` in layouts_a[s] and
-            # unit_b's strategy t reading it in layouts_b[t]
+            # unit_b's strategy t reading it in layouts_b[t], paid `repeats` times
             if reader in self.stored_followers and \
                     self.graph.nodes[reader].operands[self.leader[reader]] == value:
                 full = self._follower_read(reader, value, layouts_a)
@@ -429,36 +429,43 @@ class Search(_Memory):
                 diagonal = small[rows[1], cols[1]] if len(rows[1]) == len(cols[1]) else None
             if unit_a == unit_b or classes[unit_a] == classes[unit_b]:
                 if unit_a == unit_b or len(layouts_a) == len(layouts_b):
-                    linear[unit_a] += diagonal
+                    linear[unit_a] += diagonal * repeats
                     return
             matrix = full if full is not None else small[np.ix_(rows[1], cols[1])]
+            if repeats != 1:
+                matrix = matrix * repeats
             key = (classes[unit_a], classes[unit_b])
             if key in blocks:
                 blocks[key] = blocks[key] + matrix
             else:
                 blocks[key] = matrix
 
+        nodes = self.graph.nodes
         for index in self.real_nodes:
             unit = self.unit_of_node.get(index, -1)
             if unit < 0:
                 continue
             strategies = self.node_strategy[index]
-            linear[unit] += np.array([s.cost for s in strategies])
-            for position, value in enumerate(self.graph.nodes[index].operands):
+            linear[unit] += np.array([s.cost for s in strategies]) * nodes[index].repeats
+            for position, value in enumerate(nodes[index].operands):
                 if value in self.free_sources:
                     # A constant is no partial sum: laid out Partial, every
                     # device would hold all of it, and the sum N times it.
                     linear[unit] += np.array([
                         math.inf if s.operands[position] is not None
                         and s.operands[position].unreduced else 0.0 for s in strategies])
-        for pair in self._pairs():
-            add_pair(*pair)
+        for *pair, site in self._pairs():
+            # A move is made where its reader (else its writer) runs: inside a
+            # loop, once per iteration.
+            add_pair(*pair, repeats=nodes[site].repeats)
         return linear, blocks
 
     def _pairs(self):
         """(producer unit, the layout it writes a value in per strategy, reader
-        unit, the layout it reads it in per strategy, the value[, the reading
-        node]): every edge a cost matrix prices."""
+        unit, the layout it reads it in per strategy, the value, the reading
+        node or None, the node the move is made at: its reader, or for a
+        class that is a unit of its own, its writer): every edge a cost
+        matrix prices."""
         for index in self.real_nodes:
             unit = self.unit_of_node.get(index, -1)
             if unit < 0:
@@ -470,7 +477,7 @@ class Search(_Memory):
                 found = self.value_layouts(value)
                 if found is not None:
                     yield (*found, unit, [s.operands[position] for s in strategies], value,
-                           index)
+                           index, index)
         # Producers into classes that are units of their own.
         for root, unit in self.unit_of_class.items():
             for node, position in self.producers.get(root, ()):
@@ -479,7 +486,7 @@ class Search(_Memory):
                     continue
                 value = self.graph.nodes[node].results[position]
                 yield (producer_unit, [s.results[position] for s in self.node_strategy[node]],
-                       unit, self.units[unit].strategies, value)
+                       unit, self.units[unit].strategies, value, None, node)
 
     def pricings(self) -> int:
         """How many moves building the problem prices: per kind of edge, its

@@ -45,6 +45,7 @@ from stablehlo_spmd.auto_sharding import Graph as SearchGraph, Search, SearchTim
 from stablehlo_spmd.errors import ShardingError
 from stablehlo_spmd.hlo_sharding import HloSharding
 from stablehlo_spmd.ir import source_position
+from stablehlo_spmd.loops import trip_count
 from stablehlo_spmd.mesh import Mesh, parse_sub_axis, split_axes
 from stablehlo_spmd.module_shardings import (
     MHLO_SHARDING, OPEN_DIMS, PRIORITIES, SHARDING_TARGET, ShardedValue, checked_mesh,
@@ -259,6 +260,7 @@ class ModuleGraph:
         self.ok = True                      # False once an annotation failed to read
         self.manual: dict[int, tuple[str, ...]] = {}  # value -> its region's manual axes
         self._boundary_cuts: dict[str, set[int]] = {}  # axis -> where a boundary cut it
+        self._repeats = 1   # the trip counts of the loops around the ops being added
 
     # ---------------------------------------------------------------- build
 
@@ -456,9 +458,18 @@ class ModuleGraph:
             if name not in _NO_RULE_NEEDED:
                 self._add_op(op, name, results)
             if len(regions):
+                outside, first = self._repeats, len(self.nodes)
+                if name == "stablehlo.while":
+                    # Unknown: once, as the collective counter counts such a loop.
+                    self._repeats *= max(1, trip_count(op) or 1)
                 for region in regions:
                     for inner in region.blocks:
                         self._add_block_ops(inner)
+                self._repeats = outside
+                if name == "stablehlo.while" and len(self.nodes) > first:
+                    span = (first, len(self.nodes) - 1)
+                    for node in self.nodes[first:]:
+                        node.loops = (span, *node.loops)
 
     def _add_op(self, op: ir.Operation, name: str, results: list[int]) -> None:
         if op_rules.has_ties(name):
@@ -485,7 +496,8 @@ class ModuleGraph:
         # propagates forward like any op.
         grows = name == "stablehlo.broadcast_in_dim" and \
             tensor_bytes(op.results[0].type) > tensor_bytes(op.operands[0].type)
-        self.nodes.append(Node(rule, operands, results, name, is_broadcast=grows))
+        self.nodes.append(Node(rule, operands, results, name, is_broadcast=grows,
+                               repeats=self._repeats))
         self.node_ops.append(op)
         if MHLO_SHARDING in op.attributes:
             pinned = len(self.pins)
@@ -585,6 +597,7 @@ class ModuleGraph:
         for dim, size in enumerate(shape):
             builder.factor(size, FactorKind.PASS_THROUGH, [dim], [dim])
         self.nodes.append(Node(builder.build(UnreducedFlow.NONE), [a], [b], "tie",
+                               repeats=self._repeats,
                                is_tie=True, directions=directions))
         self.node_ops.append(op)
 

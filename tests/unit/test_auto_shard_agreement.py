@@ -58,6 +58,19 @@ def _attention_block(params, x, y):
     return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
 
 
+def _scanned_blocks(params, x, y):
+    """A layer stack written as MaxText writes it: stacked weights, a jax.lax.scan over
+    them, each step under jax.checkpoint.  The body's moves are made once per layer."""
+    def loss(params):
+        def layer(h, p):
+            a = jax.nn.gelu(jnp.dot(h, p["w1"]))
+            return h + jnp.dot(a, p["w2"]), None
+        h, _ = jax.lax.scan(jax.checkpoint(layer, prevent_cse=False), x, params)
+        return jnp.mean((h - y) ** 2)
+    grads = jax.grad(loss)(params)
+    return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
+
+
 def _programs():
     spec = jax.ShapeDtypeStruct
     width, ffn, batch = 512, 2048, 64
@@ -72,6 +85,10 @@ def _programs():
               "w2": spec((ffn, width), f32)}] * 2
     data = spec((batch, sequence, width), f32)
     yield "attention blocks", ss.export(_attention_block, block, data, data)
+    layers, width, ffn, batch = 6, 256, 1024, 64
+    stack = {"w1": spec((layers, width, ffn), f32), "w2": spec((layers, ffn, width), f32)}
+    data = spec((batch, width), f32)
+    yield "scanned blocks", ss.export(_scanned_blocks, stack, data, data)
 
 
 PROGRAMS = dict(_programs())
