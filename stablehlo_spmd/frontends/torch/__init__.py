@@ -14,6 +14,7 @@ How a torch function becomes a program, in the order the modules run:
     world        the modules and optimizers a function uses; names for their tensors
     marks        mark_sharding / clear_sharding; in a trace, sharding constraints
     capture      make_fx through autograd and the optimizer, then functionalize
+    recompute    torch.utils.checkpoint's recomputations, each behind an optimization barrier
     lowering     the functional aten graph to a JAX function, with torchax's op table
     exported     the exported module finished: torch's locations, mesh size, donations
     compiled     export (StableHLO text) and compile (partition, PJRT, state kept on devices)

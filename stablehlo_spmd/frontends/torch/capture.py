@@ -8,7 +8,10 @@ Two traces, as ``torch.export``'s non-strict mode and AOTAutograd do it:
    ``optimizer.step()`` records the optimizer's in-place updates.  The trace
    runs with ``torch.compiler``'s compiling flag set, as ``torch.export``
    does, so library code takes its traceable paths (the optimizers keep the
-   step count a tensor instead of reading it as a Python number).
+   step count a tensor instead of reading it as a Python number).  The
+   recomputation a ``torch.utils.checkpoint`` block runs in the backward is
+   then put behind an optimization barrier (`recompute`), so that it stays
+   a recomputation.
 2. A second ``make_fx``, of ``torch.func.functionalize`` over the first
    graph, rewrites the in-place updates as new values.  Functionalization
    cannot wrap the first trace itself: ``backward()`` refuses to run inside
@@ -31,7 +34,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from stablehlo_spmd.errors import SpmdError
-from stablehlo_spmd.frontends.torch import marks
+from stablehlo_spmd.frontends.torch import marks, recompute
 from stablehlo_spmd.frontends.torch.world import Slot, World
 
 
@@ -98,7 +101,7 @@ def capture(fn: Callable, world: World, args: tuple) -> Captured:
         traced_outputs["state_out"] = list(after)
         return [*out_leaves, *after.values()]
 
-    with _traceable_library_paths(), _module_paths(world):
+    with _traceable_library_paths(), _module_paths(world), recompute.recomputations_marked():
         # Tensors the function reads from elsewhere than the state (a position
         # table, a mask) are the program's constants: real tensors, allowed in.
         first = _make_fx_reporting(make_fx(step, decomposition_table=_core_aten(),
@@ -106,6 +109,7 @@ def capture(fn: Callable, world: World, args: tuple) -> Captured:
                                            _allow_non_fake_inputs=True),
                                    examples)
     _refuse_captured_parameters(first)
+    recompute.fence_recomputations(first)
     plain = [e.detach() for e in examples]
     with torch.fx.traceback.preserve_node_meta():
         functional = make_fx(torch.func.functionalize(_interpreted(first), remove="mutations"),

@@ -3,11 +3,13 @@
 `Captured.graph` is functional aten; torchax holds a JAX implementation of
 each aten op.  An interpreter walks the graph once, in order, over torchax
 tensors that wrap JAX tracers, so ``jax.jit(program).lower`` (the JAX front
-end's `export`) writes the StableHLO.  Two ops are the project's own:
+end's `export`) writes the StableHLO.  Three ops are the project's own:
 
 * ``stablehlo_spmd::sharding_constraint`` (an activation's `mark_sharding`)
   becomes XLA's ``custom_call @Sharding`` with the ``mhlo.sharding`` text,
   the form jax's ``with_sharding_constraint`` takes without a device mesh;
+* ``stablehlo_spmd::optimization_barrier`` (before a checkpointed block's
+  recomputation, `recompute`) becomes ``jax.lax.optimization_barrier``;
 * the ``copy_`` into an input that functionalization appends for every
   mutated input is dropped: the new value is already an output.
 
@@ -134,6 +136,12 @@ class _Lowering(torch.fx.Interpreter):
 
             tensor, sharding = args
             return Tensor(_constrain(tensor._elem, sharding), self.torchax)
+        if target is torch.ops.stablehlo_spmd.optimization_barrier.default:
+            import jax
+            from torchax.tensor import Tensor
+
+            values = jax.lax.optimization_barrier([value._elem for value in args[0]])
+            return [Tensor(value, self.torchax) for value in values]
         if target is operator.getitem or not isinstance(target, torch._ops.OpOverload):
             return target(*args, **kwargs)
         own = _OWN_LOWERINGS.get(target)
