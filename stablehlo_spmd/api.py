@@ -132,14 +132,17 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
     backend, and XLA's own memory analysis decides whether it fits (the
     search's estimate steers it; see `passes.auto_shard._fit_measured`).
     `measure_memory` None does so where this process has the mesh's
-    devices and warns where it has not; True insists; False keeps to the
-    estimate.  `target` (``"cpu"``, ``"gpu"``, ``"tpu"``) is the backend the
+    devices and a compile is predicted to take at most a quarter of
+    `time_limit`; elsewhere (a full-depth model compiles for longer than it
+    is searched) the estimate decides, kept 3% under the budget, with a
+    warning where the devices are missing.  True measures whatever a
+    compile costs, within `time_limit`; False keeps to the estimate.  `target` (``"cpu"``, ``"gpu"``, ``"tpu"``) is the backend the
     estimate counts memory for (XLA's CPU backend computes bf16 in f32);
     None: the one this process compiles the mesh's programs on.
 
     Raises `SpmdError` when no plan fits the budget, naming the smallest one
     that does, or when the search finds none within `time_limit` seconds
-    (counted from reading the program; the search, not each solve).
+    (counted from reading the program, measuring included: the whole call).
     """
     mesh = as_mesh(mesh)
     rule_set = as_rule_set(rules, mesh)
@@ -154,7 +157,8 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
     with make_context() as context, diagnostics.collecting(engine):
         module = parse_module(text, filename, context)
         ok = run_pipeline(module, Pipeline((AnnotatePass(rules=rule_set),)))
-        ok = ok and auto_shard_module(module.operation, options, check) is not None
+        ok = ok and auto_shard_module(module.operation, options, check,
+                                          measure_always=bool(measure_memory)) is not None
         _surface(engine)
         if not ok:
             raise SpmdError("pass pipeline failed")

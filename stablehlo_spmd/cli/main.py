@@ -128,8 +128,10 @@ def _mesh_or_none(text: str | None):
               help="Seconds the search may take, from reading the program (default: 60).")
 @click.option("--measure-memory/--estimate-memory", default=None,
               help="Check each plan against the budget by XLA's memory analysis of it, "
-                   "compiled here (default: where this process has the mesh's devices), "
-                   "or keep to the search's estimate.")
+                   "compiled here, whatever it costs within --time-limit; or keep to the "
+                   "search's estimate.  Default: measure where this process has the mesh's "
+                   "devices and a compile takes at most a quarter of the time limit; else "
+                   "the estimate decides, 3% under the budget.")
 @click.option("--target", default=None, metavar="cpu|gpu|tpu",
               help="The backend the memory estimate counts for (default: the one this "
                    "process compiles the mesh's programs on); XLA's CPU backend computes "
@@ -159,7 +161,8 @@ def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, ba
         result = auto_shard_module(module.operation, AutoShardPass(
             memory_budget=memory_budget, bandwidth=bandwidth, latency=latency,
             explain=explain, time_limit=time_limit,
-            target=target or default_target(_mesh_or_none(mesh))), check) \
+            target=target or default_target(_mesh_or_none(mesh))), check,
+            measure_always=bool(measure_memory)) \
             if ok and not engine.errors else None
         output = print_module(module.operation) if result is not None else None
     for diagnostic in engine.diagnostics:

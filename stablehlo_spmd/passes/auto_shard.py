@@ -28,6 +28,17 @@ takes a `memory_check` from the layer above (`api.memory_check`, used by
 each plan by it and searches again where the estimate was wrong
 (`_fit_measured`).  The textual pass uses the estimate alone.
 
+Measuring is bounded by the search's time limit like the rest of it: a
+plan is compiled only where that is predicted to end in the time left
+(`_CompileClock`), and by default only where a compile costs at most
+`MEASURE_SHARE` of the limit.  A full-depth step takes longer to compile
+than to search (Llama-3-8B's, 20 to 30 s on 64 host devices, against a
+search of 4 to 7 s), and there the estimate is within a few percent of
+XLA's analysis; so where the caller wanted XLA's word but gets the
+estimate's, the search keeps `ESTIMATE_MARGIN` under the budget, and the
+plan's memory is reported as estimated.  ``measure_always`` (``ss.auto_shard(
+measure_memory=True)``) compiles whatever it costs, within the time limit.
+
 Options:
   mesh           axis sizes, ``data=4,model=2`` (else the module's mesh)
   memory-budget  bytes per device: ``2GiB``, ``512MB``, ``1000000`` (empty: no limit)
@@ -131,6 +142,9 @@ class AutoShardResult:
     mesh: Mesh
     memory_budget: float | None
     rows: list[tuple[str, str, str, float, str]]  # (kind, name, sharding, bytes, why)
+    # How far under the budget the estimate kept the plan, where XLA's analysis
+    # was wanted but not run (`ESTIMATE_MARGIN`); 0 otherwise.
+    margin: float = 0.0
 
 
 @register_pass
@@ -154,9 +168,25 @@ class AutoShardPass(ModulePass):
 
 MemoryCheck = Callable[[Mesh], "Callable[[str], float] | None"]
 
+# Where the caller wanted XLA's memory analysis of the plan but measuring
+# costs more than the time limit allows, the estimate decides, this far under
+# the budget: its error at full depth, where compiling takes longest (0.99x
+# to 1.03x of XLA's analysis on Llama-3-8B's and Mixtral's steps, 64 and 256
+# devices: benchmarks/results/auto_scale.md).
+ESTIMATE_MARGIN = 0.03
+# By default a plan is measured only where a compile is predicted to take at
+# most this share of the time limit.
+MEASURE_SHARE = 0.25
+# Seconds to partition and compile one op of the program for XLA's memory
+# analysis, before any was timed: 1.8 ms on a 4-layer Llama-3-8B step over 64
+# host devices (2,246 ops, 4.1 s), 3.4 ms with its layers rematerialized
+# (3,095 ops, 10.4 s), on this project's 2-core machine.
+COMPILE_SECONDS_PER_OP = 3e-3
+
 
 def auto_shard_module(module: ir.Operation, options: AutoShardPass,
-                      memory_check: MemoryCheck | None = None) -> AutoShardResult | None:
+                      memory_check: MemoryCheck | None = None,
+                      measure_always: bool = False) -> AutoShardResult | None:
     """Run the search on `module` and write its plan; None after reporting an error.
 
     `memory_check`, where given, is how the layer above (`api.memory_check`)
@@ -164,11 +194,13 @@ def auto_shard_module(module: ir.Operation, options: AutoShardPass,
     mesh, a function from an annotated module's text to the bytes per
     device its compiled partitioned program holds, or None where it cannot
     compile here (then the estimate stands, with a warning).  With a
-    budget, every plan is checked by it and searched again where the
-    estimate was wrong (`_fit_measured`).
+    budget, plans are checked by it and searched again where the estimate
+    was wrong (`_fit_measured`), where measuring fits the time limit (by
+    default, where it costs at most `MEASURE_SHARE` of it; `measure_always`:
+    whatever it costs).
     """
     with _cyclic_collector_paused():
-        return _search_and_write(module, options, memory_check)
+        return _search_and_write(module, options, memory_check, measure_always)
 
 
 @contextlib.contextmanager
@@ -194,7 +226,8 @@ def _cyclic_collector_paused():
 
 
 def _search_and_write(module: ir.Operation, options: AutoShardPass,
-                      memory_check: MemoryCheck | None) -> AutoShardResult | None:
+                      memory_check: MemoryCheck | None,
+                      measure_always: bool = False) -> AutoShardResult | None:
     # The limit is the whole search's, not its solver's: on Mixtral-8x7B's
     # full-depth step, reading the program and building the 0-1 program
     # take 4 s before the solver starts.
@@ -217,23 +250,38 @@ def _search_and_write(module: ir.Operation, options: AutoShardPass,
     entry = graph.entry_name()
     where = graph.functions[entry].location
     measure = memory_check(mesh) if pristine is not None else None
+    clock = _CompileClock(len(graph.nodes))
+    margin = 0.0
     if pristine is not None and measure is None:
         diagnostics.warning(where, "spmd-auto-shard: the plan's memory is the search's estimate "
                             f"only: this process cannot compile for the mesh's {mesh.size} "
                             "devices to measure it")
+        margin = ESTIMATE_MARGIN
+    elif measure is not None and not measure_always and \
+            clock.predicted() > MEASURE_SHARE * options.time_limit:
+        measure, margin = None, ESTIMATE_MARGIN
     searcher = Search(graph.search_graph(carried_pairs(*graph.entry_values())), cost_model)
     try:
         if measure is None:
-            plan = searcher.solve(budget, max(1e-9, deadline - time.perf_counter()))
+            limit = None if budget is None else budget * (1 - margin)
+            plan = searcher.solve(limit, max(1e-9, deadline - time.perf_counter()))
         else:
-            plan = _fit_measured(searcher, budget, options.time_limit, deadline,
-                                 lambda p: measure(_planned_text(pristine, module.context, mesh, p)))
+            plan = _fit_measured(searcher, budget, options.time_limit, deadline, clock.timed(
+                lambda p: measure(_planned_text(pristine, module.context, mesh, p))))
     except (InfeasibleBudget, SearchTimeLimit) as error:
-        diagnostics.error(where, f"spmd-auto-shard: {error}")
+        kept = (f" (where XLA's analysis is not run, the search keeps {ESTIMATE_MARGIN:.0%} "
+                f"under the budget of {format_bytes(budget)}, its estimate's error)"
+                if margin and isinstance(error, InfeasibleBudget) else "")
+        diagnostics.error(where, f"spmd-auto-shard: {error}{kept}")
         return None
     except SpmdError as error:   # from compiling a plan to measure it
         diagnostics.error(where, f"spmd-auto-shard: cannot measure a plan's memory: {error}")
         return None
+    if measure is not None and plan.measured_memory is None:
+        diagnostics.warning(where, "spmd-auto-shard: the time limit left no time to compile "
+                            "the plan and measure its memory; it fits the budget by the "
+                            f"search's estimate, with {ESTIMATE_MARGIN:.0%} to spare")
+        margin = ESTIMATE_MARGIN
     if plan.time_limited:
         diagnostics.warning(where, f"spmd-auto-shard: the search's time limit of "
                             f"{options.time_limit:g} s ended the search before it proved its "
@@ -246,7 +294,7 @@ def _search_and_write(module: ir.Operation, options: AutoShardPass,
                 continue
             value = node.results[0]
             diagnostics.remark(op.location, f"{solver.sharding(value)}: {plan.why[value]}")
-    return AutoShardResult(plan, mesh, budget, _rows(graph, plan, entry))
+    return AutoShardResult(plan, mesh, budget, _rows(graph, plan, entry), margin)
 
 
 def _read(module: ir.Operation, mesh: Mesh | None) -> tuple[ModuleGraph, Mesh] | None:
@@ -299,6 +347,30 @@ def _planned_text(pristine: str, context: ir.Context, mesh: Mesh, plan: Plan) ->
     return copy.get_asm(enable_debug_info=True)
 
 
+class _CompileClock:
+    """How long compiling the program to measure a plan takes: predicted from
+    its size before any compile, then from the last one timed.  `timed`
+    wraps a measure so that it refuses, rather than starts, a compile the
+    time left cannot hold (`_fit_measured` then keeps what it has)."""
+
+    def __init__(self, ops: int):
+        self.ops = ops
+        self.seconds_per_op = COMPILE_SECONDS_PER_OP
+
+    def predicted(self) -> float:
+        return self.ops * self.seconds_per_op
+
+    def timed(self, measure: Callable[[Plan], float]) -> Callable[[Plan, float], float | None]:
+        def run(plan: Plan, deadline: float) -> float | None:
+            started = time.perf_counter()
+            if started + self.predicted() > deadline:
+                return None
+            memory = measure(plan)
+            self.seconds_per_op = (time.perf_counter() - started) / max(1, self.ops)
+            return memory
+        return run
+
+
 # How far under the budget a measured plan may fall before a larger estimate
 # is tried, and how many plans one search may measure.
 MEASURED_SLACK = 0.1
@@ -312,7 +384,7 @@ GAMBLE_SECONDS = 1.0
 
 
 def _fit_measured(searcher: Search, budget: float, time_limit: float, deadline: float,
-                  measure: Callable[[Plan], float]) -> Plan:
+                  measure: Callable[[Plan, float], float | None]) -> Plan:
     """The cheapest plan that fits `budget` by XLA's own memory analysis.
 
     The search's liveness estimate is a model of XLA's buffer assignment
@@ -335,9 +407,12 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float, deadline: 
 
     The search's problem is built once and reused, and the loop keeps within
     `deadline` (the end of the search's `time_limit`, which errors name) and
-    `MEASURED_PLANS` plans measured.  Without a plan that
-    fits, the plan of least estimated memory is measured too, and the error
-    names the least memory measured: a budget some plan fits.
+    `MEASURED_PLANS` plans measured; `measure(plan, deadline)` returns None
+    for a compile that would not end by then.  Without a plan that fits,
+    the plan of least estimated memory is measured too, and the error names
+    the least memory measured: a budget some plan fits.  Where the time
+    runs out before any plan measured fits, a plan the estimate puts
+    `ESTIMATE_MARGIN` under the budget stands, its memory the estimate's.
     """
     best: Plan | None = None
     smallest = math.inf
@@ -345,10 +420,13 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float, deadline: 
     overflowed = math.inf    # the least estimate of a plan that overflowed
     count = 0
 
-    def measured(plan: Plan) -> Plan:
+    def measured(plan: Plan) -> Plan | None:
         nonlocal best, smallest, count, overflowed
+        memory = measure(plan, deadline)
+        if memory is None:
+            return None
         count += 1
-        plan = dataclasses.replace(plan, measured_memory=measure(plan), measured_plans=count)
+        plan = dataclasses.replace(plan, measured_memory=memory, measured_plans=count)
         smallest = min(smallest, plan.measured_memory)
         seen.append(plan)
         if plan.measured_memory <= budget:
@@ -361,7 +439,15 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float, deadline: 
     def unmeasured(plan: Plan | None) -> bool:
         return plan is not None and all(plan.layouts != p.layouts for p in seen)
 
-    free = searcher.solve(None, max(1e-9, deadline - time.perf_counter()))
+    estimated: list[Plan] = []   # plans the estimate alone would trust, cheapest first
+
+    def found(plan: Plan | None) -> Plan | None:
+        if plan is not None and plan.peak_memory <= budget * (1 - ESTIMATE_MARGIN):
+            estimated.append(plan)
+            estimated.sort(key=lambda p: p.cost)
+        return plan
+
+    free = found(searcher.solve(None, max(1e-9, deadline - time.perf_counter())))
     out_of_time = False
     loosened = False
     if free.peak_memory <= budget * (1 + ESTIMATE_ERROR):
@@ -369,7 +455,7 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float, deadline: 
     else:
         limit = budget
         try:
-            plan = searcher.solve(limit, max(1e-9, deadline - time.perf_counter()))
+            plan = found(searcher.solve(limit, max(1e-9, deadline - time.perf_counter())))
         except InfeasibleBudget:
             plan = searcher.least_memory(max(1e-9, deadline - time.perf_counter()))
         except SearchTimeLimit:
@@ -382,6 +468,9 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float, deadline: 
         if best is not None and plan.cost >= best.cost * (1 - 1e-9):
             break
         plan = measured(plan)
+        if plan is None:
+            out_of_time = True   # no time left to compile it
+            break
         fits = plan.measured_memory <= budget
         if fits and (plan.measured_memory >= (1 - MEASURED_SLACK) * budget
                      or plan.cost <= free.cost * (1 + 1e-6) or loosened):
@@ -408,7 +497,7 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float, deadline: 
         patience = min(remaining, max(plan.solve_seconds, GAMBLE_SECONDS)) if fits \
             else remaining
         try:
-            plan = searcher.solve(limit, patience)
+            plan = found(searcher.solve(limit, patience))
         except InfeasibleBudget:
             break
         except SearchTimeLimit:
@@ -418,13 +507,17 @@ def _fit_measured(searcher: Search, budget: float, time_limit: float, deadline: 
     out_of_time = out_of_time or remaining <= 0
     if best is None and not out_of_time:
         least = searcher.least_memory(remaining)
-        if unmeasured(least):
-            measured(least)
+        if unmeasured(least) and measured(least) is None:
+            out_of_time = True
+    if best is None and out_of_time and estimated:
+        return dataclasses.replace(estimated[0], measured_plans=count)
     if best is None and out_of_time:
         raise SearchTimeLimit(
             f"no plan found within the time limit of {time_limit:g} s fits a memory budget of "
-            f"{format_bytes(budget)} per device by XLA's memory analysis (the least measured "
-            f"was {format_bytes(smallest)}); give the search more time (time-limit)")
+            f"{format_bytes(budget)} per device by XLA's memory analysis ("
+            + (f"the least measured was {format_bytes(smallest)}" if count else
+               "none could be compiled to measure it in that time")
+            + "); give the search more time (time-limit)")
     if best is None:
         raise InfeasibleBudget(
             f"no plan fits a memory budget of {format_bytes(budget)} per device by XLA's "
@@ -554,6 +647,10 @@ def format_table(result: AutoShardResult) -> str:
         lines.append(f"  memory by XLA's analysis of the compiled plan: "
                      f"{format_bytes(plan.measured_memory)} per device ({plan.measured_plans} "
                      f"plan{'s' if plan.measured_plans != 1 else ''} measured)")
+    elif result.margin and result.memory_budget is not None:
+        lines.append(f"  memory by the search's estimate, kept {result.margin:.0%} under the "
+                     "budget (compiling the plan to measure it would take longer than the "
+                     "time limit allows; --measure-memory insists)")
     lines.append("")
     width = min(60, max((len(name) for _, name, *_ in result.rows), default=10))
     shard_width = max((len(s) for _, _, s, *_ in result.rows), default=10)

@@ -23,7 +23,8 @@ from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.ir import make_context, parse_module
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.passes.auto_shard import (AutoShardPass, _bracketed_limit, _read,
-                                              auto_shard_module, carried_pairs, parse_bytes)
+                                              auto_shard_module, carried_pairs, format_table,
+                                              parse_bytes)
 
 HIDDEN, BATCH = 512, 8
 WEIGHT_BYTES = HIDDEN * HIDDEN * 4          # 1 MiB each
@@ -257,6 +258,65 @@ def test_a_plan_xla_says_has_room_to_spare_is_searched_again_larger():
     assert result.plan.cost == pytest.approx(0, abs=1e-3)
     assert result.plan.measured_memory <= 1.5 * 2**20
     assert len(measured) >= 2
+
+
+def test_a_plan_too_slow_to_compile_is_kept_under_the_budget_by_the_estimate(monkeypatch):
+    """By default a plan is measured only where compiling it is predicted to
+    take a quarter of the time limit or less.  A program predicted to take
+    longer (as a full-depth model does) is not compiled at all: the estimate
+    decides, 3% under the budget, and the table says so."""
+    from stablehlo_spmd.passes import auto_shard as pass_module
+
+    unmeasured, _, _ = _plan(_batch_split_output(), memory_budget="3MiB")
+    budget = unmeasured.plan.peak_memory * 1.01    # data parallel, 1% to spare: not 3%
+    monkeypatch.setattr(pass_module, "COMPILE_SECONDS_PER_OP", 60.0)
+    compiled = []
+
+    def check(mesh):
+        compiled.append(mesh)
+        return lambda annotated: 0.0
+
+    engine = diagnostics.DiagnosticEngine()
+    with make_context() as context, diagnostics.collecting(engine):
+        module = parse_module(_batch_split_output(), "<test>", context)
+        result = auto_shard_module(module, AutoShardPass(memory_budget=str(budget)), check)
+    assert not [d for d in engine.diagnostics if d.severity in ("error", "warning")]
+    assert compiled == [Mesh.from_string("x=8")] and result.plan.measured_memory is None
+    assert result.plan.peak_memory <= budget * (1 - pass_module.ESTIMATE_MARGIN)
+    assert result.plan.cost > unmeasured.plan.cost       # it gave up data parallel for it
+    assert "kept 3% under the budget" in format_table(result)
+
+
+def test_the_time_limit_bounds_measuring_too():
+    """Each compile to measure a plan takes 1 s here, and the allocator
+    needs twice what XLA says, so the first plan overflows: with a limit of
+    1.8 s, the second compile cannot end in time and is not started.  The
+    call returns within its limit with a plan the estimate puts 3% under the
+    budget, and warns that its memory was not measured."""
+    scaled, measured = _scaled_xla(2.0)
+
+    def slow(mesh):
+        measure = scaled(mesh)
+
+        def run(annotated):
+            time.sleep(1.0)
+            return measure(annotated)
+        return run
+
+    engine = diagnostics.DiagnosticEngine()
+    with make_context() as context, diagnostics.collecting(engine):
+        module = parse_module(_batch_split_output(), "<test>", context)
+        started = time.perf_counter()
+        result = auto_shard_module(module, AutoShardPass(memory_budget="3MiB", time_limit=1.8),
+                                   slow, measure_always=True)
+        seconds = time.perf_counter() - started
+    assert not engine.errors
+    assert len(measured) == 1 and measured[0] > 3 * 2**20      # one compile, and it overflowed
+    assert seconds < 1.8
+    assert result.plan.measured_memory is None
+    assert result.plan.peak_memory <= 3 * 2**20 * 0.97
+    assert any("no time to compile" in str(d) for d in engine.diagnostics
+               if d.severity == "warning")
 
 
 def _estimate_against_xla(fn, *args, mesh: str = "x=8") -> tuple[float, float]:
