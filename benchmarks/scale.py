@@ -43,7 +43,18 @@ Each cell is (model, depth, rule set, mesh, program):
   as ``2d``); the regexes are benchmarks/real_models.py's where they fit;
 * batch: 8 sequences of 2048 tokens per ``data`` shard (one per device where
   ``model`` is 8 wide; ``fsdp`` splits the batch over every device, one
-  sequence each), 32 images per shard for ViT.
+  sequence each), 32 images per shard for ViT;
+* forms (`FORMS`; Llama-3-8B, 2-D, Megatron and FSDP on 64 devices): the
+  layers as keras-hub's backbone calls them (no suffix), each under
+  jax.checkpoint through Keras' own ``RematScope`` (``remat``, at 2 layers
+  and full depth), or as MaxText writes them at full depth: the layers'
+  weights stacked on a leading dim, the decoder a ``jax.lax.scan`` calling
+  keras-hub's own decoder layer, the body under no remat (``scan``),
+  ``jax.checkpoint`` saving nothing (``scan-full``, MaxText's default) or
+  saving the projections (``scan-minimal``).  A loop body's collectives
+  count once per layer (hlo_collectives counts by trip count), and the
+  bound of a form that recomputes (``remat``, ``scan-full``) adds the
+  recomputed forward's tensor-parallel sums.
 
 For each cell, in a subprocess of its own (XLA reads the host device count
 once, when jax starts; ``--jobs`` runs several at once):
@@ -58,10 +69,10 @@ once, when jax starts; ``--jobs`` runs several at once):
    no rule matches gets the layout ours returns it in), lowered on the
    ``ShapeDtypeStruct``s and compiled (timed), counted and measured the same
    way; ``--no-xla`` leaves it out;
-3. auto: ``ss.auto_shard(text, mesh, rules=rules, measure_memory=False)``
-   (the rules as hard constraints; timed), then ``ss.partition`` of its
-   output, compiled, counted and measured as ours; ``--no-auto`` leaves it
-   out (its search can run for its whole time limit, 60 s per solve);
+3. auto: ``ss.auto_shard(text, mesh, rules=rules)`` with its defaults (the
+   rules as hard constraints, no budget; timed), then ``ss.partition`` of
+   its output, compiled, counted and measured as ours; ``--no-auto`` leaves
+   it out (its search can run for its whole time limit, 60 s);
 4. bound: `bound`, a hand count of the bytes the rules force, from the
    parameter shapes, the rules, the mesh and the batch alone (not from
    anybody's output), priced with hlo_collectives' cost table (all-gather
@@ -137,6 +148,7 @@ os.environ["KERAS_BACKEND"] = "jax"   # before keras is imported; the programs a
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -241,9 +253,12 @@ SAMPLE_MODELS = {
 }
 
 
-def build_backbone(config: ModelConfig, layers: int, dtype: str, abstract: bool):
+def build_backbone(config: ModelConfig, layers: int, dtype: str, abstract: bool,
+                   remat: bool = False):
     """The keras-hub backbone; with `abstract`, its variables are shapes only (nothing of
-    model size is allocated: keras.StatelessScope(initialize_variables=False))."""
+    model size is allocated: keras.StatelessScope(initialize_variables=False)); with
+    `remat`, each decoder layer's call is under jax.checkpoint, as Keras' own
+    ``RematScope(mode="list_of_layers")`` puts it there."""
     import keras
     import keras_hub
 
@@ -269,11 +284,16 @@ def build_backbone(config: ModelConfig, layers: int, dtype: str, abstract: bool)
             num_layers=layers, num_heads=config.heads, hidden_dim=config.hidden,
             mlp_dim=config.ffn, dtype=dtype)
 
+    scopes = contextlib.ExitStack()
+    if remat:
+        scopes.enter_context(keras.RematScope(
+            mode="list_of_layers", layer_names=[f"transformer_layer_{i}" for i in range(layers)]))
     if abstract:
-        with keras.StatelessScope(initialize_variables=False):
-            return build()
-    keras.utils.set_random_seed(SEED)
-    return build()
+        scopes.enter_context(keras.StatelessScope(initialize_variables=False))
+    else:
+        keras.utils.set_random_seed(SEED)
+    with scopes:
+        return build()
 
 
 CLASSIFIER = "classifier/kernel"     # ViT's head, (hidden, classes): a parameter of ours
@@ -281,19 +301,118 @@ HEAD = {"llama": "token_embedding/reverse_embeddings",
         "mixtral": "token_embedding/reverse_embeddings", "vit": CLASSIFIER}
 
 
-def parameter_shapes(backbone, config: ModelConfig, dtype: str) -> dict[str, tuple]:
-    """{path: (shape, dtype name)} of every trainable parameter, the head included."""
+def parameter_shapes(backbone, config: ModelConfig, dtype: str,
+                     form: str = "") -> dict[str, tuple]:
+    """{path: (shape, dtype name)} of every trainable parameter, the head included; in a
+    scanned form, each layer's weight stacked on a leading layers dim (`stacked`)."""
     shapes = {v.path: (tuple(v.shape), str(v.dtype)) for v in backbone.trainable_variables}
     if config.family == "vit":
         shapes[CLASSIFIER] = ((config.hidden, config.classes), dtype)
+    if scanned(form):
+        shapes = stacked(shapes, lambda layers: ((len(layers), *layers[0][0]), layers[0][1]))
     return shapes
+
+
+# ------------------------------------------------------------------ forms
+# How a step writes its decoder layers: as the keras-hub backbone calls them (unrolled),
+# each under jax.checkpoint, or as MaxText writes them (weights stacked on a leading
+# `layers` dim, the decoder a jax.lax.scan over them, the body under jax.checkpoint with
+# its remat_policy).  The model and its numbers are the same in every form.
+
+FORMS = {
+    "": "unrolled, no rematerialization",
+    "remat": "unrolled, each decoder layer under jax.checkpoint (Keras' RematScope, "
+             "mode='list_of_layers')",
+    "scan": "MaxText's scan_layers: stacked weights, a jax.lax.scan over the layers, no remat",
+    "scan-full": "scanned, the body under jax.checkpoint saving nothing (MaxText's "
+                 "remat_policy 'full')",
+    "scan-minimal": "scanned, the body under jax.checkpoint saving its projections "
+                    "(dots_with_no_batch_dims_saveable: MaxText's 'minimal' saves q/k/v, out "
+                    "and the MLP's products)",
+}
+STACKED = "transformer_layers/"     # a stacked weight: this, then its path inside one layer
+_LAYER_PATH = re.compile(r"transformer_layer_(\d+)/(.+)")
+
+
+def scanned(form: str) -> bool:
+    return form.startswith("scan")
+
+
+def recomputes(form: str) -> bool:
+    """Whether the form's backward runs each layer's forward again, saving nothing."""
+    return form in ("remat", "scan-full")
+
+
+def stacked(entries: dict, stack: Callable[[list], Any]) -> dict:
+    """`entries` keyed by keras path with the layers' ``transformer_layer_<i>/<rest>``
+    entries made one ``transformer_layers/<rest>`` entry each, `stack` of them in layer
+    order; the others as they are."""
+    kept: dict = {}
+    layers: dict[str, dict[int, Any]] = defaultdict(dict)
+    for path, entry in entries.items():
+        found = _LAYER_PATH.fullmatch(path)
+        if found:
+            layers[STACKED + found.group(2)][int(found.group(1))] = entry
+        else:
+            kept[path] = entry
+    for path, by_layer in layers.items():
+        kept[path] = stack([by_layer[i] for i in sorted(by_layer)])
+    return kept
+
+
+def form_rules(rules: list, form: str) -> list:
+    """`rules` for the form's parameter names: a stacked weight takes its layer's rule with
+    the layers dim left whole (MaxText's `layers` axis, unsplit without pipelining)."""
+    if not scanned(form):
+        return rules
+    return [(f"^(?=.*{re.escape(STACKED)}).*?(?:{pattern})", (None, *spec))
+            for pattern, spec in rules] + rules
+
+
+def _scanned_features(backbone, config: ModelConfig, form: str) -> Callable:
+    """features(params, batch) of a scanned form: keras-hub's own embedding, decoder
+    layer and norm, the layer called once per slice of the stacked weights."""
+    import jax
+
+    if config.family != "llama":
+        raise ValueError(f"the scanned forms are written for Llama, not {config.family}")
+    layer = backbone.transformer_layers[0]
+    layer_paths = [STACKED + v.path.split("/", 1)[1] for v in layer.trainable_variables]
+
+    def run_layer(x, weights, padding_mask):
+        return layer.stateless_call(weights, [], x, decoder_padding_mask=padding_mask,
+                                    training=True)[0]
+
+    if form != "scan":
+        # prevent_cse=False, as MaxText (and jax for any scanned body) writes it: the
+        # loop already keeps the recomputation apart from the forward.
+        policy = (None if form == "scan-full"
+                  else jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+        run_layer = jax.checkpoint(run_layer, policy=policy, prevent_cse=False)
+
+    def weights_of(part, params):
+        return [params[v.path] for v in part.trainable_variables]
+
+    def features(params, batch):
+        x = backbone.token_embedding.stateless_call(
+            weights_of(backbone.token_embedding, params), [], batch["token_ids"])[0]
+
+        def body(x, weights):
+            return run_layer(x, weights, batch["padding_mask"]), None
+
+        x, _ = jax.lax.scan(body, x, [params[path] for path in layer_paths])
+        return backbone.layer_norm.stateless_call(
+            weights_of(backbone.layer_norm, params), [], x)[0], 0.0
+
+    return features
 
 
 # ------------------------------------------------------------------ programs
 
 
-def programs(backbone, config: ModelConfig) -> dict[str, Callable]:
-    """``sgd`` and ``adamw``: plain JAX training steps over ``params`` (keras variable paths).
+def programs(backbone, config: ModelConfig, form: str = "") -> dict[str, Callable]:
+    """``sgd`` and ``adamw``: plain JAX training steps over ``params`` (keras variable paths,
+    or `stacked` ones in a scanned form).
 
     sgd(params, batch, labels) -> (params, loss);
     adamw(params, m, v, count, batch, labels) -> (params, m, v, count, loss).
@@ -303,17 +422,27 @@ def programs(backbone, config: ModelConfig) -> dict[str, Callable]:
 
     paths = [v.path for v in backbone.trainable_variables]
     head = HEAD[config.family]
+    # Keras' remat hands a layer's call arguments to jax.checkpoint, which cannot carry
+    # a Python bool: `training` is left to the call context there (Llama's dropout is 0).
+    training = None if form == "remat" else True
+
+    def backbone_features(params, batch):
+        features, _, losses = backbone.stateless_call(
+            [params[path] for path in paths], [], batch, training=training, return_losses=True)
+        return features, sum(losses)
+
+    features_of = _scanned_features(backbone, config, form) if scanned(form) \
+        else backbone_features
 
     def loss_fn(params, batch, labels):
-        features, _, losses = backbone.stateless_call(
-            [params[path] for path in paths], [], batch, training=True, return_losses=True)
+        features, extra_loss = features_of(params, batch)
         if config.family == "vit":
             features = features[:, 0]                          # the class token
         logits = jnp.einsum("...h,hv->...v", features, params[head],
                             preferred_element_type=jnp.float32)
         log_normalizer = jax.nn.logsumexp(logits, axis=-1)
         label_logit = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
-        return jnp.mean(log_normalizer - label_logit) + sum(losses)   # (Mixtral's aux loss)
+        return jnp.mean(log_normalizer - label_logit) + extra_loss   # (Mixtral's aux loss)
 
     def sgd(params, batch, labels):
         loss, grads = jax.value_and_grad(loss_fn)(params, batch, labels)
@@ -432,6 +561,7 @@ class Cell:
     program: str = "sgd"
     per_shard: int = 8         # examples per batch shard
     sample_mesh: str = ""      # the mesh --sample runs this cell on
+    form: str = ""             # how the layers are written (`FORMS`)
 
     @property
     def devices(self) -> int:
@@ -439,7 +569,8 @@ class Cell:
 
     @property
     def name(self) -> str:
-        return f"{self.model}-L{self.layers}-{self.rules}-{self.devices}-{self.program}"
+        form = f"-{self.form}" if self.form else ""
+        return f"{self.model}{form}-L{self.layers}-{self.rules}-{self.devices}-{self.program}"
 
     def shards(self, mesh: str) -> int:
         sizes = mesh_sizes(mesh)
@@ -471,6 +602,16 @@ def cell_templates() -> list[Cell]:
               Cell("mixtral-8x7b", 2, "expert", tp, sample_mesh=tp_small),
               Cell("llama3-8b", 2, "3d", "data=2,fsdp=4,model=8",
                    sample_mesh="data=2,fsdp=2,model=4")]
+    # The forms large-scale trainers write, beside the unrolled cells above: per-layer
+    # remat unrolled (at 2 layers and full depth), and MaxText's scanned step (full depth).
+    for form, depths in (("remat", (2, FULL)), ("scan", (FULL,)), ("scan-full", (FULL,)),
+                         ("scan-minimal", (FULL,))):
+        for layers in depths:
+            cells += [Cell("llama3-8b", layers, "2d", tp, sample_mesh=tp_small, form=form),
+                      Cell("llama3-8b", layers, "megatron", tp, sample_mesh=tp_small,
+                           form=form),
+                      Cell("llama3-8b", layers, "fsdp", "data=64", per_shard=1,
+                           sample_mesh=f"data={SAMPLE_DEVICES}", form=form)]
     return cells
 
 
@@ -553,12 +694,15 @@ def _spec(name: str, rank: int, rules: list) -> list[tuple[str, ...]]:
 
 def bound(parameters: dict[str, tuple], rules: list, mesh: str, batch_axes: tuple[str, ...],
           per_shard: int, tokens_per_example: int, activation_dtype: str,
-          float_bytes: int | None = None) -> dict[str, float]:
+          float_bytes: int | None = None, recomputed: bool = False) -> dict[str, float]:
     """Bytes per device that the rules force, by term (see the module docstring).
 
     `float_bytes` prices every float at that width instead of its own: 4 for what a plan
     moving exactly this shows compiled for CPU, whose backend carries out bf16
-    collectives in f32.
+    collectives in f32.  `recomputed`: each layer's forward runs again in the backward
+    (jax.checkpoint saving nothing), which sums its row-parallel products again, all but
+    the layer's last (its output, which no gradient reads); FSDP's backward gathers
+    already serve the recomputation.
     """
     sizes = mesh_sizes(mesh)
     batch = set(batch_axes)
@@ -607,6 +751,10 @@ def bound(parameters: dict[str, tuple], rules: list, mesh: str, batch_axes: tupl
             in_width = out_width = shape[1] / size({a for a in spec[1]} - batch)
         if in_split:      # row-parallel (or a split vocabulary's lookup): partial outputs
             terms["tensor all-reduce forward"] += all_reduce(tokens * out_width * act, in_split)
+            if recomputed and role.kind == "matmul" and not role.head and \
+                    role.site != "mlp out":
+                terms["tensor all-reduce recomputed"] += all_reduce(
+                    tokens * out_width * act, in_split)
         if role.head and out_split:
             terms["softmax all-reduces (f32 per token)"] += 3 * all_reduce(tokens * f32, out_split)
         if out_split and role.kind == "matmul" and role.backward_use:
@@ -689,7 +837,7 @@ def _largest(found, shown: int = 6) -> list[str]:
     for c in found:
         key = (c.kind, c.shape, c.group)
         merged.setdefault(key, [0, 0.0])
-        merged[key][0] += 1
+        merged[key][0] += c.times   # runs, as the bytes beside it count them
         merged[key][1] += c.bytes
     top = sorted(merged.items(), key=lambda kv: -kv[1][1])[:shown]
     return [f"{count:>3} x {kind:<15} {shape:<34} p={group:<4} {fmt_bytes(total):>10}"
@@ -721,18 +869,20 @@ def measure_cell(cell: Cell, run_xla: bool = True, run_auto: bool = True,
     config = MODELS[cell.model]
     result = CellResult(dataclasses.asdict(cell), cell.name)
     rule_set = RULE_SETS[cell.rules]
-    rules = rule_set.rules()
     mesh = ss.Mesh.from_string(cell.mesh)
     examples = cell.per_shard * cell.shards(cell.mesh)
     result.batch = (f"{examples} x {config.tokens_per_example}" if config.family != "vit"
                     else f"{examples} images")
-    backbone = build_backbone(config, cell.layers, "bfloat16", abstract=True)
-    parameters = parameter_shapes(backbone, config, "bfloat16")
+    backbone = build_backbone(config, cell.layers, "bfloat16", abstract=True,
+                              remat=cell.form == "remat")
     result.bound, result.bound_cpu = (
-        bound(parameters, rules, cell.mesh, rule_set.batch_axes, cell.per_shard,
-              config.tokens_per_example, "bfloat16", float_bytes=width)
+        bound(parameter_shapes(backbone, config, "bfloat16"), rule_set.rules(), cell.mesh,
+              rule_set.batch_axes, cell.per_shard, config.tokens_per_example, "bfloat16",
+              float_bytes=width, recomputed=recomputes(cell.form))
         for width in (None, 4))
-    fn = programs(backbone, config)[cell.program]
+    rules = form_rules(rule_set.rules(), cell.form)
+    parameters = parameter_shapes(backbone, config, "bfloat16", cell.form)
+    fn = programs(backbone, config, cell.form)[cell.program]
 
     def abstract(shape, dtype):
         return jax.ShapeDtypeStruct(shape, dtype)
@@ -803,7 +953,7 @@ def measure_cell(cell: Cell, run_xla: bool = True, run_auto: bool = True,
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 start = time.perf_counter()
-                annotated = ss.auto_shard(text, mesh, rules=rules, measure_memory=False)
+                annotated = ss.auto_shard(text, mesh, rules=rules)
                 result.auto.search_seconds = time.perf_counter() - start
                 start = time.perf_counter()
                 partitioned = ss.partition(annotated, mesh)
@@ -838,7 +988,7 @@ def sample_cells() -> list[Cell]:
     """Each distinct (model, rule set, program) of the real cells, once, at 2 layers."""
     seen, cells = set(), []
     for cell in cell_templates():
-        key = (cell.model, cell.rules, cell.program)
+        key = (cell.model, cell.rules, cell.program, cell.form)
         if key not in seen:
             seen.add(key)
             cells.append(dataclasses.replace(cell, layers=2, mesh=cell.sample_mesh,
@@ -858,9 +1008,12 @@ def run_sample_cell(cell: Cell) -> SampleResult:
     start = time.perf_counter()
     try:
         rng = np.random.default_rng(SEED)
-        backbone = build_backbone(config, cell.layers, "float32", abstract=False)
+        backbone = build_backbone(config, cell.layers, "float32", abstract=False,
+                                  remat=cell.form == "remat")
         values = {v.path: np.asarray(v.value) for v in backbone.trainable_variables}
-        parameters = parameter_shapes(backbone, config, "float32")
+        if scanned(cell.form):
+            values = stacked(values, np.stack)
+        parameters = parameter_shapes(backbone, config, "float32", cell.form)
 
         params = {}
         for path, (shape, _) in parameters.items():
@@ -881,18 +1034,19 @@ def run_sample_cell(cell: Cell) -> SampleResult:
         args = arguments(cell.program, params, data,
                          lambda path: rng.uniform(0.1, 1.0, parameters[path][0]).astype(
                              np.float32), np.int32(3))
-        fn = programs(backbone, config)[cell.program]
+        fn = programs(backbone, config, cell.form)[cell.program]
         text = ss.export(fn, *args)
         rule_set = RULE_SETS[cell.rules]
-        rules = rule_set.rules()
         leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            partitioned = ss.partition(text, ss.Mesh.from_string(cell.mesh), rules)
+            partitioned = ss.partition(text, ss.Mesh.from_string(cell.mesh),
+                                       form_rules(rule_set.rules(), cell.form))
         result.emitted_bytes = total_bytes(emitted_collectives(partitioned, cell.devices))
-        result.bound_bytes = sum(bound(parameters, rules, cell.mesh, rule_set.batch_axes,
-                                       cell.per_shard, config.tokens_per_example,
-                                       "float32").values())
+        result.bound_bytes = sum(bound(
+            parameter_shapes(backbone, config, "float32"), rule_set.rules(), cell.mesh,
+            rule_set.batch_axes, cell.per_shard, config.tokens_per_example, "float32",
+            recomputed=recomputes(cell.form)).values())
         got = ss.run(partitioned, leaves)
         want = ss.run_single_device(text, leaves)
         names = ["result" + jax.tree_util.keystr(path) for path, _ in
@@ -1157,7 +1311,11 @@ def markdown(results: list[CellResult], header: dict) -> str:
         "Rule sets: " + "; ".join(f"{name}: {rs.describe}" for name, rs in RULE_SETS.items())
         + " (regexes in benchmarks/scale.py and real_models.py). Programs: sgd (next-token "
         "cross-entropy on f32 logits, untied head, SGD) and adamw (the same with f32 moments). "
-        "Cell names: model-L<layers>-<rules>-<devices>-<program>.",
+        "Cell names: model[-form]-L<layers>-<rules>-<devices>-<program>.",
+        "",
+        "Forms (how the step writes its layers; the model and its numbers are the same): "
+        + "; ".join(f"{name or 'no suffix'}: {text}" for name, text in FORMS.items())
+        + ". A loop body's collectives count once per iteration (its trip count).",
         "",
         "Bytes are per device in GB (1e9), counted by benchmarks/hlo_collectives.py. `ours`, "
         "`XLA`, `auto`: in each compiled program's HLO. XLA's CPU backend carries out every "

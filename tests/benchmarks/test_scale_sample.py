@@ -22,8 +22,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "scale.py"
 DEVICES = 16
 # Llama 2-D (SGD and AdamW), Megatron, FSDP and 3-D, and Mixtral's experts: the plans that
-# differ in kind.  (ViT and the 70B widths add time, not kinds; `scale.py --sample` runs them.)
-CELLS = ("llama3-8b-L2-", "mixtral")
+# differ in kind; and the forms trainers write, each layer under jax.checkpoint and the
+# layers scanned with MaxText's default remat.  (ViT, the 70B widths and the other forms'
+# rule sets add time, not kinds; `scale.py --sample` runs them.)
+CELLS = ("llama3-8b-L2-", "mixtral", "llama3-8b-remat-L2-megatron", "llama3-8b-scan-full-L2-2d")
 
 
 def test_scale_sample_matches_one_device(tmp_path):
@@ -41,7 +43,8 @@ def test_scale_sample_matches_one_device(tmp_path):
     assert output.exists(), f"exit {done.returncode}\n{done.stderr[-4000:]}"
     results = json.loads(output.read_text())
     names = [r["name"] for r in results]
-    for kind in ("-2d-16-sgd", "-2d-16-adamw", "-megatron-", "-fsdp-", "-3d-", "-expert-"):
+    for kind in ("-2d-16-sgd", "-2d-16-adamw", "-megatron-", "-fsdp-", "-3d-", "-expert-",
+                 "-remat-", "-scan-full-"):
         assert any(kind in name for name in names), f"no {kind} cell ran: {names}"
     bad = [f"{r['name']} on {r['mesh']}: {r['failure'] or r['mismatch']}"
            for r in results if not r["ok"]]
