@@ -118,14 +118,16 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
                rules: Iterable[Any] | str | RuleSet = (), bandwidth: str | dict | None = None,
                latency: float = 0.0, time_limit: float = 60.0,
                measure_memory: bool | None = None, target: str | None = None,
-               filename: str = "<input>") -> str:
+               hardware: str = "", flops: float = 0.0, filename: str = "<input>") -> str:
     """Choose every value's sharding over `mesh` within `memory_budget` bytes per device.
 
     `memory_budget` is an int or a string like ``"2GiB"``; None means no
     limit.  `rules` (as for `annotate`) are hard constraints, as are the
     module's own annotations.  `bandwidth` (``{"data": 25e9}`` or
     ``"data=25e9,model=300e9"``, bytes per second per axis) makes the search
-    minimize seconds instead of bytes.  The result is an annotated module:
+    minimize seconds instead of bytes; so does `hardware`, a named profile
+    (``"h100"``, ``"tpu-v5p"``) whose links and peak FLOP/s (`flops`
+    overrides it) price the collectives and the contractions' arithmetic.  The result is an annotated module:
     ``partition(auto_shard(...))`` partitions it with the mesh it names.
 
     With a budget, each plan is partitioned and compiled for jax's default
@@ -150,7 +152,7 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
         bandwidth = ",".join(f"{axis}={speed}" for axis, speed in bandwidth.items())
     budget = "" if memory_budget is None else str(memory_budget)
     options = AutoShardPass(memory_budget=budget, bandwidth=bandwidth or "", latency=latency,
-                            time_limit=time_limit,
+                            time_limit=time_limit, hardware=hardware, flops=flops,
                             target=default_target(mesh) if target is None else target)
     check = None if measure_memory is False else memory_check(bool(measure_memory))
     engine = DiagnosticEngine()

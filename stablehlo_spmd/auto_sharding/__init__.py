@@ -11,6 +11,9 @@ Its files, each reading only those above it:
 
 - `graph.py`: what the search reads and answers (`Graph`, `Plan`,
   `CostModel`, the errors) and the price of a move between layouts (`Pricer`);
+- `hardware.py`: named hardware profiles (H100, TPU v5p) that turn the price
+  into seconds: each mesh axis's link by where its devices sit, and the
+  chip's peak for the contractions' arithmetic;
 - `strategies.py`: an op's strategies from its rule (`_Strategies`);
 - `clustering.py`: value classes (tied values) and variable classes
   (repeated layers);
@@ -57,7 +60,12 @@ as every device holds the whole constant.
 *Costs* (`graph.Pricer`, `Search._edges`).  Where a value's layout differs
 from the layout a consumer reads it in, the reshard planner's plan is
 priced: bytes per device, or, when bandwidths are given, seconds (alpha +
-bytes / bandwidth per collective, the slowest axis of its group).  Every
+bytes / bandwidth per collective, the slowest axis of its group; a
+hardware profile gives each axis its link, and prices each contraction's
+FLOPs over the devices that share them at the chip's peak, with the plan's
+bytes kept beside its seconds, `Plan.moved_bytes`).  An op inside a loop
+is priced once per iteration (`op_graph.Node.repeats`: a scanned layer's
+moves are paid once per layer).  Every
 layout priced splits evenly, so a plan is priced once per class of moves
 (the dims either layout splits, their axes and which axis groups divide
 them; in any order where bytes are the price: `Pricer._move_class`) and

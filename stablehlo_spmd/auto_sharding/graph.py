@@ -39,11 +39,15 @@ class InfeasibleBudget(SpmdError):
 
 @dataclasses.dataclass(frozen=True)
 class CostModel:
-    """What a reshard costs: bytes per device, or seconds when bandwidths are given.
+    """What a plan costs: bytes per device, or seconds when bandwidths are given.
 
     `bandwidths` are bytes per second per mesh axis; a collective over
     several axes runs at the slowest one's.  `latency` is each
-    collective's fixed cost in seconds (the alpha of an alpha-beta model).
+    collective's fixed cost in seconds (the alpha of an alpha-beta model),
+    or, per axis, `latencies` (a collective over several pays the longest).
+    `flops_per_second`, in seconds only, prices what each device computes:
+    a contraction's multiply-adds (2 FLOPs each) over the devices its
+    strategy splits it across, at this peak (`hardware.py` names profiles).
 
     `float_compute_bytes` is what memory the target's arithmetic takes: the
     fewest bytes it computes a float element in.  XLA's CPU backend
@@ -65,6 +69,12 @@ class CostModel:
     latency: float = 0.0
     float_compute_bytes: int = 0
     windowed_reduction_above: int = 0
+    latencies: tuple[tuple[str, float], ...] = ()
+    flops_per_second: float = 0.0
+
+    @property
+    def in_seconds(self) -> bool:
+        return bool(self.bandwidths)
 
     def price(self, steps) -> float:
         fixed, moved = self.parts(steps)
@@ -75,14 +85,22 @@ class CostModel:
         if not self.bandwidths:
             return 0.0, float(sum(step.bytes_per_device for step in steps))
         speed = dict(self.bandwidths)
+        alpha = dict(self.latencies)
         fixed = moved = 0.0
         for step in steps:
             if step.bytes_per_device <= 0:
                 continue
             slowest = min((speed.get(axis, math.inf) for axis in step.axes), default=math.inf)
-            fixed += self.latency
+            fixed += max((alpha.get(axis, self.latency) for axis in step.axes),
+                         default=self.latency)
             moved += step.bytes_per_device / slowest if slowest < math.inf else 0
         return fixed, moved
+
+    def compute_seconds(self, flops: float) -> float:
+        """Seconds a device takes for `flops` of its own (0 where compute is not priced)."""
+        if not self.in_seconds or not self.flops_per_second:
+            return 0.0
+        return flops / self.flops_per_second
 
 
 @dataclasses.dataclass
@@ -142,6 +160,10 @@ class Plan:
     # Whether the search's time limit ended it before it proved
     # its plan: then another run (or a busier machine) may find another.
     time_limited: bool = False
+    # Where `cost` is in seconds: the bytes per device the plan's collectives
+    # deliver, and the seconds of its contractions' arithmetic within `cost`.
+    moved_bytes: float | None = None
+    compute_seconds: float = 0.0
 
 
 def format_bytes(size: float | None) -> str:
@@ -171,7 +193,8 @@ class Pricer:
         self.cost_model = cost_model
         self.axis_size = dict(zip(mesh.axis_names, mesh.mesh_shape))
         self._costs: dict[tuple, float] = {}
-        self._plans: dict[tuple, tuple[float, float]] = {}   # see `_price`
+        self._bytes: dict[tuple, float] = {}    # the same moves, in bytes delivered
+        self._plans: dict[tuple, tuple[float, float, float]] = {}   # see `_price`
         self._divide_masks: dict[int, int] = {}
         sizes = [n for n in mesh.mesh_shape if n > 1]
         self._group_sizes = sorted({math.prod(group) for r in range(1, len(sizes) + 1)
@@ -181,6 +204,15 @@ class Pricer:
         if source is target:   # layouts are interned (`_Layouts.get`)
             return 0.0
         return self._price(source, target, shape, element_bytes)
+
+    def bytes(self, source: Sharding, target: Sharding, shape, element_bytes: int) -> float:
+        """The bytes per device the move delivers, whatever the cost model's unit."""
+        if source is target:
+            return 0.0
+        if not self.cost_model.in_seconds:
+            return self._price(source, target, shape, element_bytes)
+        self._price(source, target, shape, element_bytes)
+        return self._bytes[(id(source), id(target), shape, element_bytes)]
 
     def _price(self, source: Sharding, target: Sharding, shape, element_bytes: int) -> float:
         key = (id(source), id(target), shape, element_bytes)
@@ -198,14 +230,17 @@ class Pricer:
             parts = self._plans.get(like)
             if parts is None or not size:
                 try:
-                    fixed, moved = self.cost_model.parts(
-                        plan(source, target, shape, element_bytes, with_pairs=False))
-                    parts = (fixed, moved / size if size else 0.0)
+                    steps = plan(source, target, shape, element_bytes, with_pairs=False)
+                    fixed, moved = self.cost_model.parts(steps)
+                    delivered = sum(step.bytes_per_device for step in steps)
+                    parts = (fixed, moved / size if size else 0.0,
+                             delivered / size if size else 0.0)
                 except ReshardError:
-                    parts = (math.inf, 0.0)
+                    parts = (math.inf, 0.0, math.inf)
                 if size:
                     self._plans[like] = parts
             found = self._costs[key] = parts[0] + parts[1] * size
+            self._bytes[key] = parts[2] * size
         return found
 
     def _move_class(self, source: Sharding, target: Sharding, shape) -> tuple | None:
@@ -263,5 +298,11 @@ class Pricer:
         # A result's shape from its factors (the rule is all a strategy knows);
         # its element size is the node's, so the rule's cost is per byte of
         # element and `Search._add_node` scales it.
-        shape = tuple(math.prod(rule.factor_sizes[f] for f in dim) for dim in tensor)
-        return self._price(source, target, shape, 1)
+        return self._price(source, target, _rule_shape(tensor, rule), 1)
+
+    def rule_tensor_bytes(self, source: Sharding, target: Sharding, tensor, rule: OpRule) -> float:
+        return self.bytes(source, target, _rule_shape(tensor, rule), 1)
+
+
+def _rule_shape(tensor, rule: OpRule) -> tuple[int, ...]:
+    return tuple(math.prod(rule.factor_sizes[f] for f in dim) for dim in tensor)

@@ -26,7 +26,7 @@ from stablehlo_spmd.auto_sharding.graph import (
 from stablehlo_spmd.auto_sharding.memory import _Memory
 from stablehlo_spmd.auto_sharding.program import BOUNDED_GAP, _distinct, _Milp, _Unit
 from stablehlo_spmd.auto_sharding.strategies import (
-    Strategy, _is_contraction, _Layouts, _shards, _Strategies)
+    Strategy, _is_contraction, _Layouts, _shards, _Strategies, contraction_flops, work_split)
 from stablehlo_spmd.auto_sharding.symmetry import axis_swaps
 from stablehlo_spmd.op_graph import NO_VALUE, Node
 from stablehlo_spmd.op_rules import REMADE_NOT_MOVED, FactorKind
@@ -58,7 +58,8 @@ class Search(_Memory):
         self.layouts = _Layouts(graph.mesh)
         self.pricer = Pricer(graph.mesh, cost_model)
         self._scaled_strategies: dict[tuple, tuple[Strategy, Strategy]] = {}
-        self.strategies = _Strategies(self.layouts, self.pricer.rule_tensor_cost)
+        self.strategies = _Strategies(self.layouts, self.pricer.rule_tensor_cost,
+                                      self.pricer.rule_tensor_bytes)
         n_values = len(graph.shapes)
         self.nbytes = [math.prod(s) * b for s, b in zip(graph.shapes, graph.element_bytes)]
         # What a temporary of each value takes where the target computes
@@ -273,14 +274,15 @@ class Search(_Memory):
         found = self._scaled_strategies.get(key)
         if found is None or found[0] is not strategy:
             found = self._scaled_strategies[key] = (strategy, dataclasses.replace(
-                strategy, cost=strategy.cost * element_bytes))
+                strategy, cost=strategy.cost * element_bytes,
+                moved=strategy.moved * element_bytes))
         return found[1]
 
     def _pinned_results(self, node: Node, strategy: Strategy) -> Strategy:
         """A result whose class is pinned is written in the pinned layout (a
         reshard if need be); one tied to other values (a function result, a
         call's operand) is summed: a Partial never crosses a boundary."""
-        extra = 0.0
+        extra = extra_moved = 0.0
         results = list(strategy.results)
         unsummed: list[Sharding | None] = [None] * len(results)
         for position, value in enumerate(node.results):
@@ -293,6 +295,7 @@ class Search(_Memory):
                 summed = self.layouts.get(pin.dim_axes if pin is not None
                                           else results[position].dim_axes)
                 extra += self.cost(results[position], summed, value)
+                extra_moved += self.moved_bytes(results[position], summed, value)
                 unsummed[position] = results[position]
                 results[position] = summed
             if pin is None or self.root[value] in self.unit_of_class:
@@ -307,11 +310,12 @@ class Search(_Memory):
                 move = self.cost(results[position], target, value)
             if results[position] is not target:
                 extra += move
+                extra_moved += self.moved_bytes(results[position], target, value)
                 results[position] = target
         if not extra and results == list(strategy.results) and not any(unsummed):
             return strategy
         return dataclasses.replace(strategy, results=tuple(results), cost=strategy.cost + extra,
-                                   unsummed=tuple(unsummed))
+                                   moved=strategy.moved + extra_moved, unsummed=tuple(unsummed))
 
     def cost(self, source: Sharding, target: Sharding, value: int) -> float:
         """Bytes (or seconds) to move `value` from `source` to `target`; or,
@@ -325,9 +329,22 @@ class Search(_Memory):
                 return remade
         return move
 
-    def _move(self, source: Sharding, target: Sharding, value: int) -> float:
-        return self.pricer.cost(source, target, self.graph.shapes[value],
-                                self.graph.element_bytes[value])
+    def moved_bytes(self, source: Sharding, target: Sharding, value: int) -> float:
+        """The bytes per device what `cost` chose delivers: `value` moved, or
+        made again (the same number as `cost` where the cost is bytes)."""
+        if not self.cost_model.in_seconds:
+            return self.cost(source, target, value)
+        move = self._move(source, target, value)
+        if move and math.isfinite(move):
+            remade = self._remade(source, target, value)
+            if remade is not None and remade < move:
+                return self._remade(source, target, value, in_bytes=True)
+        return self._move(source, target, value, in_bytes=True)
+
+    def _move(self, source: Sharding, target: Sharding, value: int,
+              in_bytes: bool = False) -> float:
+        price = self.pricer.bytes if in_bytes else self.pricer.cost
+        return price(source, target, self.graph.shapes[value], self.graph.element_bytes[value])
 
     def _remaker(self, value: int) -> int | None:
         """The node that makes `value` where the partitioner may make it again
@@ -342,7 +359,8 @@ class Search(_Memory):
             return None
         return index
 
-    def _remade(self, source: Sharding, target: Sharding, value: int) -> float | None:
+    def _remade(self, source: Sharding, target: Sharding, value: int,
+                in_bytes: bool = False) -> float | None:
         """What `value`'s op moves to make it again in `target` from the
         operands that made it in `source` (one op deep), or None."""
         index = self._remaker(value)
@@ -359,7 +377,8 @@ class Search(_Memory):
             if operand == NO_VALUE or not self.graph.shapes[operand] \
                     or operand in self.free_sources:
                 continue
-            total += self._move(made.operands[position], wanted.operands[position], operand)
+            total += self._move(made.operands[position], wanted.operands[position], operand,
+                                in_bytes)
         return total
 
     def _follower_read(self, reader: int, value: int, layouts_a: list) -> np.ndarray:
@@ -369,9 +388,7 @@ class Search(_Memory):
         where the leader is and moving its result (the partitioner's choice,
         `partitioning.strategy._cheapest_rule_plan`)."""
         node = self.graph.nodes[reader]
-        unit = self.unit_of_node[reader]
-        kept = self.units[unit].strategies
-        position = self.leader[reader]
+        kept = self.units[self.unit_of_node[reader]].strategies
         rows = _distinct(layouts_a)
         key = ("follower", tuple(map(id, rows[0])), tuple(map(id, kept)), node.rule,
                self.graph.shapes[value], self.graph.element_bytes[value],
@@ -380,26 +397,38 @@ class Search(_Memory):
         if small is None:
             small = np.zeros((len(rows[0]), len(kept)))
             for i, held in enumerate(rows[0]):
-                for j, (strategy, layout) in enumerate(zip(self.node_strategy[reader], kept)):
-                    wanted = strategy.operands[position]
-                    # A layout the op cannot write is never chosen (its
-                    # strategy costs infinity), and its stand-in strategy
-                    # (`_add_stored_follower`) reads no layout of its own.
-                    if held is None or wanted is None or math.isinf(strategy.cost):
-                        continue
-                    price = self.cost(held, wanted, value)
-                    if price and not held.unreduced:
-                        # Where the leader's layout is not one the op can
-                        # run in (a reshape merging a split minor dim), it
-                        # runs in the nearest one, and its leader moves there.
-                        ran = self.strategies.follow(node.rule, position, held)
-                        here, read = ran.results[0], ran.operands[position]
-                        if here is not None and read is not None:
-                            price = min(price, self.cost(held, read, value)
-                                        + self.cost(here, layout, node.results[0]))
-                    small[i, j] = price
+                for j in range(len(kept)):
+                    small[i, j] = self._follower_price(reader, value, held, j)[0]
             self._follower_matrices[key] = small
         return small[rows[1]]
+
+    def _follower_price(self, reader: int, value: int, held: Sharding | None,
+                        kept: int) -> tuple[float, float]:
+        """(cost, bytes) of stored follower `reader` keeping its result in its
+        unit's layout `kept` when its leader `value` is laid out `held`."""
+        node = self.graph.nodes[reader]
+        position = self.leader[reader]
+        strategy = self.node_strategy[reader][kept]
+        layout = self.units[self.unit_of_node[reader]].strategies[kept]
+        wanted = strategy.operands[position]
+        # A layout the op cannot write is never chosen (its strategy costs
+        # infinity), and its stand-in strategy (`_add_stored_follower`)
+        # reads no layout of its own.
+        if held is None or wanted is None or math.isinf(strategy.cost):
+            return 0.0, 0.0
+        price = self.cost(held, wanted, value), (held, wanted, value)
+        if price[0] and not held.unreduced:
+            # Where the leader's layout is not one the op can run in (a
+            # reshape merging a split minor dim), it runs in the nearest
+            # one, and its leader moves there.
+            ran = self.strategies.follow(node.rule, position, held)
+            here, read = ran.results[0], ran.operands[position]
+            if here is not None and read is not None:
+                there = self.cost(held, read, value) + self.cost(here, layout, node.results[0])
+                if there < price[0]:
+                    return there, self.moved_bytes(held, read, value) + self.moved_bytes(
+                        here, layout, node.results[0])
+        return price[0], self.moved_bytes(*price[1])
 
     # --------------------------------------------------------------- solve
 
@@ -446,7 +475,8 @@ class Search(_Memory):
             if unit < 0:
                 continue
             strategies = self.node_strategy[index]
-            linear[unit] += np.array([s.cost for s in strategies]) * nodes[index].repeats
+            linear[unit] += (np.array([s.cost for s in strategies])
+                             + self._compute(nodes[index], strategies)) * nodes[index].repeats
             for position, value in enumerate(nodes[index].operands):
                 if value in self.free_sources:
                     # A constant is no partial sum: laid out Partial, every
@@ -459,6 +489,17 @@ class Search(_Memory):
             # loop, once per iteration.
             add_pair(*pair, repeats=nodes[site].repeats)
         return linear, blocks
+
+    def _compute(self, node: Node, strategies: list[Strategy]) -> np.ndarray | float:
+        """Seconds a device computes `node` for under each of `strategies`: a
+        contraction's FLOPs over the devices that share them, at the cost
+        model's peak; 0 where compute is not priced (bytes, or no peak)."""
+        if not self.cost_model.flops_per_second or not self.cost_model.in_seconds or \
+                not _is_contraction(node.rule):
+            return 0.0
+        flops = contraction_flops(node.rule)
+        return np.array([self.cost_model.compute_seconds(
+            flops / work_split(self.layouts.axis_size, s)) for s in strategies])
 
     def _pairs(self):
         """(producer unit, the layout it writes a value in per strategy, reader
@@ -790,11 +831,44 @@ class Search(_Memory):
         problem, memory, _ = self._problem()
         peak, _ = self._peak(memory, strategies, points)
         layouts, why, sum_targets, factor_axes = self._write(strategies)
+        in_seconds = self.cost_model.in_seconds
         solve_seconds = time.perf_counter() - started
         return Plan(layouts, why, objective, peak, solve_seconds, self.build_seconds,
                     problem.variables, problem.constraints, len(self.units),
-                    len(set(self.variable_classes)), bool(self.cost_model.bandwidths),
-                    sum_targets=sum_targets, factor_axes=factor_axes)
+                    len(set(self.variable_classes)), in_seconds,
+                    sum_targets=sum_targets, factor_axes=factor_axes,
+                    moved_bytes=self._plan_bytes(strategies) if in_seconds else None,
+                    compute_seconds=self._plan_compute(strategies))
+
+    def _chosen(self, strategies: list[int]):
+        """(node index, its strategy under the plan `strategies`) of each node with a unit."""
+        for index in self.real_nodes:
+            unit = self.unit_of_node.get(index, -1)
+            if unit >= 0:
+                yield index, self.node_strategy[index][strategies[unit]]
+
+    def _plan_compute(self, strategies: list[int]) -> float:
+        nodes = self.graph.nodes
+        return float(sum(np.sum(self._compute(nodes[index], [strategy])) * nodes[index].repeats
+                         for index, strategy in self._chosen(strategies)))
+
+    def _plan_bytes(self, strategies: list[int]) -> float:
+        """The bytes per device the plan's collectives deliver: `_edges` on its
+        strategies alone, priced in bytes (the objective is, where it is bytes)."""
+        nodes = self.graph.nodes
+        total = sum(strategy.moved * nodes[index].repeats
+                    for index, strategy in self._chosen(strategies))
+        for unit_a, layouts_a, unit_b, layouts_b, value, reader, site in self._pairs():
+            held, read = layouts_a[strategies[unit_a]], layouts_b[strategies[unit_b]]
+            if reader in self.stored_followers and \
+                    nodes[reader].operands[self.leader[reader]] == value:
+                price = self._follower_price(reader, value, held, strategies[unit_b])[1]
+            elif held is None or read is None:
+                continue
+            else:
+                price = self.moved_bytes(held, read, value)
+            total += price * nodes[site].repeats
+        return float(total)
 
     def _smallest_peak(self, problem: _Milp, memory, points, cuts: list[int],
                        time_limit: float) -> tuple[float, list[int], float]:

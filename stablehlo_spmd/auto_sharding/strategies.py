@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 
 from stablehlo_spmd.auto_sharding.graph import _product
@@ -40,6 +41,8 @@ class Strategy:
     # Per factor of the rule: the mesh axes the op runs it over (what the
     # plan writes on a contraction, `Plan.factor_axes`).
     axes: tuple[Axes, ...] = ()
+    # The bytes per device `cost` moves (the same number where the cost is bytes).
+    moved: float = 0.0
 
 
 class _Layouts:
@@ -86,6 +89,18 @@ def _axis_orders(split: Sequence[Axes]) -> Iterable[tuple[Axes, ...]]:
                                for axes in split))
 
 
+def work_split(axis_size: dict[str, int], strategy: Strategy) -> int:
+    """How many devices share an op's work under `strategy`: the mesh axes any
+    of its layouts splits (a device computes its blocks only)."""
+    return _product(axis_size, {a for layout in (*strategy.operands, *strategy.results)
+                                if layout is not None for d in layout.dim_axes for a in d})
+
+
+def contraction_flops(rule: OpRule) -> float:
+    """A contraction's FLOPs: a multiply and an add per point of its iteration space."""
+    return 2.0 * math.prod(rule.factor_sizes)
+
+
 def _is_contraction(rule: OpRule) -> bool:
     """Two operands share a REDUCTION factor: a dot or a convolution."""
     reduction = {f for f, kind in enumerate(rule.factor_kinds) if kind is FactorKind.REDUCTION}
@@ -97,9 +112,10 @@ def _is_contraction(rule: OpRule) -> bool:
 class _Strategies:
     """An op's strategies from its rule, cached by rule: a 13k-op step has few rules."""
 
-    def __init__(self, layouts: _Layouts, reshard_cost):
+    def __init__(self, layouts: _Layouts, reshard_cost, reshard_bytes):
         self.layouts = layouts
         self.reshard_cost = reshard_cost
+        self.reshard_bytes = reshard_bytes
         self._anchors: dict[OpRule, list[Strategy]] = {}
         self._followed: dict[tuple, Strategy | None] = {}
 
@@ -142,7 +158,7 @@ class _Strategies:
             operands.append(layout)
         pending = tuple(a for a in self.layouts.axes if a in set(born) | set(carried))
         kind = rule.reduction if born else "sum"
-        cost = 0.0
+        cost = moved = 0.0
         results = []
         finished = []
         for tensor in rule.results:
@@ -156,6 +172,7 @@ class _Strategies:
             if pending and (finish or kind != "sum"):
                 summed = self.layouts.get(layout.dim_axes)
                 cost += self.reshard_cost(layout, summed, tensor, rule)
+                moved += self.reshard_bytes(layout, summed, tensor, rule)
                 partial = layout if finish and kind == "sum" else None
                 layout = summed
             results.append(layout)
@@ -163,7 +180,7 @@ class _Strategies:
         label = _describe(rule, assignment, carried, finish)
         return Strategy(tuple(operands), tuple(results), cost, label,
                         finished=tuple(finished) if any(finished) else (),
-                        axes=tuple(assignment))
+                        axes=tuple(assignment), moved=moved)
 
     def anchor(self, rule: OpRule) -> list[Strategy]:
         found = self._anchors.get(rule)
@@ -207,12 +224,8 @@ class _Strategies:
         if _is_contraction(rule):
             # Alpa's rule: a contraction is never computed twice; keep the
             # strategies that split its iteration space the most.
-            def split(s: Strategy) -> int:
-                return _product(axis_size, {a for layout in (*s.operands, *s.results)
-                                            if layout is not None
-                                            for d in layout.dim_axes for a in d})
-            best = max(map(split, strategies), default=1)
-            strategies = [s for s in strategies if split(s) == best and not any(
+            best = max((work_split(axis_size, s) for s in strategies), default=1)
+            strategies = [s for s in strategies if work_split(axis_size, s) == best and not any(
                 layout.unreduced for layout in s.operands if layout is not None)]
         if not strategies:
             strategies = [self._build(rule, (((),) * rule.num_factors))]

@@ -121,6 +121,12 @@ def _mesh_or_none(text: str | None):
 @click.option("--bandwidth", default="", metavar="AXIS=B/S,...",
               help="Bytes per second per axis: minimize seconds instead of bytes.")
 @click.option("--latency", type=float, default=0.0, help="Seconds per collective, with --bandwidth.")
+@click.option("--hardware", default="", metavar="h100|tpu-v5p",
+              help="Price plans in seconds on a named profile: each axis's link by where its "
+                   "devices sit, and contractions at the chip's peak (--bandwidth, --latency "
+                   "and --flops override it).")
+@click.option("--flops", type=float, default=0.0, metavar="FLOP/S",
+              help="Peak FLOP/s per device, with --hardware or --bandwidth.")
 @click.option("--rules", default=None, metavar="RULES.toml",
               help="Partition rules to respect as hard constraints.")
 @click.option("--explain", is_flag=True, help="Say for every op why it got its sharding.")
@@ -138,7 +144,8 @@ def _mesh_or_none(text: str | None):
                    "bf16 in f32.")
 @click.option("-o", "output_file", default="-", metavar="OUTPUT", help="Output file ('-' is stdout).")
 def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, bandwidth: str,
-                       latency: float, rules: str | None, explain: bool, time_limit: float,
+                       latency: float, hardware: str, flops: float, rules: str | None,
+                       explain: bool, time_limit: float,
                        measure_memory: bool | None, target: str | None,
                        output_file: str) -> None:
     """Choose every value's sharding from a mesh and a memory budget.
@@ -160,6 +167,7 @@ def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, ba
         check = None if measure_memory is False else memory_check(bool(measure_memory))
         result = auto_shard_module(module.operation, AutoShardPass(
             memory_budget=memory_budget, bandwidth=bandwidth, latency=latency,
+            hardware=hardware, flops=flops,
             explain=explain, time_limit=time_limit,
             target=target or default_target(_mesh_or_none(mesh))), check,
             measure_always=bool(measure_memory)) \

@@ -45,6 +45,11 @@ Options:
   bandwidth      bytes per second per axis, ``data=25e9,model=300e9``: the
                  search then minimizes seconds (alpha-beta) instead of bytes
   latency        seconds per collective, with `bandwidth`
+  hardware       a named profile (``h100``, ``tpu-v5p``: `auto_sharding.hardware`):
+                 each axis's link by where its devices sit, and the chip's peak,
+                 so that the search minimizes seconds, contractions' arithmetic
+                 included; `bandwidth` and `latency` override its axes
+  flops          FLOP/s per device (the profile's peak by default), with seconds
   explain        a remark per op: its sharding and why the search chose it
   time-limit     seconds the search may take, reading the program and building
                  its 0-1 program included (a limit reached is warned of)
@@ -70,6 +75,7 @@ from jaxlib.mlir import ir
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.auto_sharding import (
     CostModel, InfeasibleBudget, Plan, Search, SearchTimeLimit, format_bytes)
+from stablehlo_spmd.auto_sharding.hardware import Hardware, profile
 from stablehlo_spmd.errors import ShardingError, SpmdError
 from stablehlo_spmd.ir import cached_attr
 from stablehlo_spmd.mesh import Mesh
@@ -109,12 +115,26 @@ _TARGETS = {"": {}, "gpu": {}, "cuda": {}, "rocm": {}, "tpu": {},
             "cpu": {"float_compute_bytes": 4, "windowed_reduction_above": 32}}
 
 
-def target_cost_model(target: str, bandwidths=(), latency: float = 0.0) -> CostModel:
-    """The cost model for plans compiled by the backend named `target`."""
+def target_cost_model(target: str, bandwidths=(), latency: float = 0.0,
+                      hardware: Hardware | None = None, mesh: Mesh | None = None,
+                      flops: float = 0.0) -> CostModel:
+    """The cost model for plans compiled by the backend named `target`: bytes,
+    or seconds where `bandwidths` or a `hardware` profile (laid over `mesh`)
+    give the links' speeds.  `bandwidths`, `latency` and `flops` (FLOP/s per
+    device) override the profile's figures: an axis's bandwidth, every
+    axis's latency, the peak."""
     found = _TARGETS.get(target.strip().lower())
     if found is None:
         raise ValueError(f"unknown target {target!r} (expected cpu, gpu or tpu)")
-    return CostModel(bandwidths, latency, **found)
+    if hardware is None:
+        return CostModel(bandwidths, latency, flops_per_second=flops, **found)
+    if flops:
+        hardware = hardware.override(flops=flops)
+    model = hardware.cost_model(mesh, **found)
+    speeds = dict(model.bandwidths) | dict(bandwidths)
+    latencies = {axis: latency for axis in speeds} if latency else dict(model.latencies)
+    return dataclasses.replace(model, bandwidths=tuple(speeds.items()),
+                               latencies=tuple(latencies.items()))
 
 
 def parse_bandwidths(text: str) -> tuple[tuple[str, float], ...]:
@@ -161,6 +181,8 @@ class AutoShardPass(ModulePass):
     explain: bool = False
     time_limit: float = 60.0
     target: str = ""
+    hardware: str = ""
+    flops: float = 0.0
 
     def run(self, module: ir.Operation) -> None:
         auto_shard_module(module, self)
@@ -234,8 +256,9 @@ def _search_and_write(module: ir.Operation, options: AutoShardPass,
     deadline = time.perf_counter() + options.time_limit
     try:
         budget = parse_bytes(options.memory_budget)
-        cost_model = target_cost_model(options.target, parse_bandwidths(options.bandwidth),
-                                       options.latency)
+        hardware = profile(options.hardware) if options.hardware else None
+        bandwidths = parse_bandwidths(options.bandwidth)
+        target_cost_model(options.target)   # a target it does not know is refused here
         mesh = Mesh.from_string(options.mesh) if options.mesh else None
     except (ValueError, ShardingError) as error:
         diagnostics.error(module.location, f"spmd-auto-shard: {error}")
@@ -249,6 +272,8 @@ def _search_and_write(module: ir.Operation, options: AutoShardPass,
     graph, mesh = found
     entry = graph.entry_name()
     where = graph.functions[entry].location
+    cost_model = target_cost_model(options.target, bandwidths, options.latency, hardware, mesh,
+                                   options.flops)
     measure = memory_check(mesh) if pristine is not None else None
     clock = _CompileClock(len(graph.nodes))
     margin = 0.0
@@ -630,13 +655,16 @@ def _bytes_of(graph: ModuleGraph, value: int) -> float:
 def format_table(result: AutoShardResult) -> str:
     """The CLI's summary: the plan's figures, then each row's sharding and why."""
     plan = result.plan
-    unit = "s" if result.plan.cost_in_seconds else "bytes"
-    cost = f"{plan.cost:.3g} s" if unit == "s" else format_bytes(plan.cost)
+    if plan.cost_in_seconds:
+        step = (f"  estimated step: {plan.cost:.3g} s ({plan.cost - plan.compute_seconds:.3g} s "
+                f"of collectives moving {format_bytes(plan.moved_bytes)} per device, "
+                f"{plan.compute_seconds:.3g} s of contractions)")
+    else:
+        step = f"  estimated collectives per step: {format_bytes(plan.cost)} per device"
     lines = [
         f"spmd-auto-shard: mesh {result.mesh.describe_axes()}, memory budget "
         f"{format_bytes(result.memory_budget)} per device",
-        f"  estimated collectives per step: {cost} per device; estimated peak memory: "
-        f"{format_bytes(plan.peak_memory)} per device",
+        f"{step}; estimated peak memory: {format_bytes(plan.peak_memory)} per device",
         f"  search: {plan.build_seconds + plan.solve_seconds:.2f} s ({plan.variables} ILP "
         f"variables, {plan.constraints} constraints; {plan.units} decision units in "
         f"{plan.unit_classes} classes after clustering repeated layers)"]

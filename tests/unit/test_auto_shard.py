@@ -17,7 +17,7 @@ import pytest
 
 import stablehlo_spmd as ss
 from stablehlo_spmd import auto_sharding, demo_model, diagnostics
-from stablehlo_spmd.auto_sharding import Search, program
+from stablehlo_spmd.auto_sharding import Search, hardware, program
 from stablehlo_spmd.auto_sharding.program import _Milp, _Unit
 from stablehlo_spmd.errors import SpmdError
 from stablehlo_spmd.ir import make_context, parse_module
@@ -1353,3 +1353,61 @@ def test_a_search_out_of_time_names_the_least_found_and_the_floor(monkeypatch):
                        match=r"least memory found is 300\.00 KiB, not proved the least "
                              r"\(no plan holds less than 262\.00 KiB\)"):
         search.solve(270 * 1024)
+
+
+# ------------------------------------------------------------------ seconds on named hardware
+
+def test_a_profile_runs_an_axis_within_a_node_over_its_fast_link():
+    """H100s sit 8 to a node: on data=8,model=8 each model group is one node
+    (NVLink) and each data group spans eight (InfiniBand); on data=2,model=4
+    all of it is one node.  A TPU slice holds every device."""
+    h100, tpu = hardware.profile("h100"), hardware.profile("tpu-v5p")
+    mesh = Mesh.from_string("data=8,model=8")
+    assert h100.link(mesh, "model") == h100.near and h100.link(mesh, "data") == h100.far
+    small = Mesh.from_string("data=2,model=4")
+    assert h100.link(small, "data") == h100.near == h100.link(small, "model")
+    # The same axes over devices dealt the other way round: data within a node.
+    swapped = Mesh.from_string("data=8,model=8", device_ids=[
+        8 * (i % 8) + i // 8 for i in range(64)])
+    assert h100.link(swapped, "data") == h100.near and h100.link(swapped, "model") == h100.far
+    assert tpu.link(mesh, "data") == tpu.near == tpu.link(mesh, "model")
+
+
+def test_a_collective_over_two_axes_pays_the_slower_link_and_the_longer_latency():
+    model = hardware.profile("h100").cost_model(Mesh.from_string("data=8,model=8"))
+    step = dataclasses.make_dataclass("Step", ["bytes_per_device", "axes"])
+    fixed, moved = model.parts([step(1e9, ("data", "model")), step(1e9, ("model",))])
+    assert fixed == pytest.approx(25e-6 + 10e-6)
+    assert moved == pytest.approx(1e9 / 50e9 + 1e9 / 450e9)
+
+
+def test_seconds_on_a_profile_count_collectives_and_arithmetic_with_the_bytes_beside():
+    """Megatron's MLP pinned on x=8 (one H100 node): one all-reduce of the
+    8x512 f32 output, 2 * 16 KiB * 7/8 bytes, over NVLink (450 GB/s, 10 us),
+    and two 8x512x512 products split 8 ways at 989 TFLOP/s."""
+    rules = [(r"^x$", ()), (r"^w1$", (None, "x")), (r"^w2$", ("x", None)), (r"^result$", ())]
+    text = ss.annotate(_mlp_text(), "x=8", rules)
+    result, errors, _ = _plan(text, hardware="h100")
+    assert not errors
+    moved = 2 * ACTIVATION_BYTES * 7 / 8
+    compute = 2 * (2 * BATCH * HIDDEN * HIDDEN / 8) / 989e12
+    assert result.plan.cost_in_seconds
+    assert result.plan.moved_bytes == pytest.approx(moved)
+    assert result.plan.compute_seconds == pytest.approx(compute)
+    assert result.plan.cost == pytest.approx(10e-6 + moved / 450e9 + compute)
+    in_bytes, _, _ = _plan(text)
+    assert in_bytes.plan.cost == pytest.approx(moved) and in_bytes.plan.moved_bytes is None
+    assert "of collectives moving 28.00 KiB per device" in format_table(result)
+
+
+def test_bandwidth_latency_and_flops_override_the_profile():
+    rules = [(r"^x$", ()), (r"^w1$", (None, "x")), (r"^w2$", ("x", None)), (r"^result$", ())]
+    text = ss.annotate(_mlp_text(), "x=8", rules)
+    result, errors, _ = _plan(text, hardware="h100", bandwidth="x=1e9", latency=1e-3,
+                              flops=1e12)
+    assert not errors
+    moved = 2 * ACTIVATION_BYTES * 7 / 8
+    compute = 2 * (2 * BATCH * HIDDEN * HIDDEN / 8) / 1e12
+    assert result.plan.cost == pytest.approx(1e-3 + moved / 1e9 + compute)
+    _, errors, _ = _plan(text, hardware="a100")
+    assert any("unknown hardware 'a100'" in e for e in errors)
