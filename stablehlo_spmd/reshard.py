@@ -99,13 +99,21 @@ class ReshardError(ShardingError):
     """The two shardings cannot be connected (different meshes, new unreduced axes, ...)."""
 
 
+def _placed(dims) -> set[tuple[int, int, str]]:
+    """(dim, position, axis) of every mesh axis a layout's dims split."""
+    return {(dim, position, axis) for dim, axes in enumerate(dims)
+            for position, axis in enumerate(axes)}
+
+
 @dataclasses.dataclass(frozen=True)
 class Step:
     """One collective (or local slice) of a reshard plan.
 
     `axes` are the mesh axes forming the replica groups, row-major in the
     order given (a device's position in its group is its coordinate over
-    them).  `dim` is the tensor dimension gathered, scattered or sliced; for
+    them); for a collective_permute, the axes along which devices trade
+    blocks (those whose place in the layout changes: what a cost model in
+    seconds prices the link by).  `dim` is the tensor dimension gathered, scattered or sliced; for
     an all_to_all it is the dimension that loses the axes (the concat
     dimension) and `dim2` the one that gains them (the split dimension).
     `reduction` is "sum", "max" or "min" for all_reduce and reduce_scatter,
@@ -665,11 +673,13 @@ class _Problem:
                             if (not extra or k == len(want))
                             and self.shards(want[:k] + extra) == count])
         local = self.nbytes(self.local_shape(layout))
+        held = _placed(layout.dims)
         for dims in itertools.product(*options):
             used = [a for axes in dims for a in axes]
             if dims == layout.dims or len(set(used)) != len(used) or layout.pending & set(used):
                 continue
-            yield _Move(Step("collective_permute", bytes_per_device=float(local)),
+            crossed = tuple(sorted({axis for _, _, axis in held ^ _placed(dims)}))
+            yield _Move(Step("collective_permute", crossed, bytes_per_device=float(local)),
                         layout._replace(dims=tuple(dims)), local * self.scale)
 
     def permutation(self, before: _Layout, after: _Layout) -> tuple[tuple[int, int], ...]:

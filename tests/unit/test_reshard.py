@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from stablehlo_spmd.auto_sharding import CostModel
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.reshard import (DETOUR_TOLL, ReshardError, Step, axis_coordinate, plan,
                                     plan_cost, replica_groups, shard_offsets)
@@ -435,6 +436,15 @@ def test_reordered_axes_permute():
     (step,) = exact(S(("x", "y"), ()), S(("y", "x"), ()))
     assert step.kind == "collective_permute" and step.bytes_per_device == T / 8
     assert sorted(s for s, _ in step.pairs) == sorted(t for _, t in step.pairs) == list(range(8))
+    # Devices trade blocks along both axes: a cost model in seconds prices it
+    # at the slower one's link (with no axes it had priced it at nothing).
+    assert step.axes == ("x", "y")
+
+
+def test_a_permute_is_priced_on_the_links_it_crosses():
+    (step,) = exact(S(("x", "y"), ()), S(("y", "x"), ()))
+    model = CostModel((("x", 1e9), ("y", 1e10)), latencies=(("x", 1e-3), ("y", 1e-5)))
+    assert model.price([step]) == pytest.approx(1e-3 + step.bytes_per_device / 1e9)
 
 
 def test_blocks_move_before_the_gather_that_drops_an_axis():
