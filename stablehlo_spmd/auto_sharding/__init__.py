@@ -173,31 +173,37 @@ stack fall into one class each, so the problem's size does not grow with
 depth; only its building does, linearly, with every cost and strategy
 cached.
 
-*Rematerialization (designed, not built).*  Where no plan fits the budget,
-the search says so and names the least peak it reaches
-(`InfeasibleBudget.smallest`); it does not recompute activations.  A save
-or recompute decision per layer enters the same 0-1 program as follows.
-The saved activations of a layer are the values its forward writes and its
-backward reads (found from the graph: born before the loss, last read
-after it).  For a class of repeated layers with n copies (one set of layout
-variables x_s, s a strategy of a unit of the class), add an integer k in
-[0, n], the copies recomputed, and per strategy a continuous y_s with
-0 <= y_s <= n x_s and sum_s y_s = k: y_s counts the recomputed copies laid
-out by s, so every term below stays linear although it multiplies a layout
-by a count.  At a program point in the backward, a saved value of bytes
-b_s per device contributes b_s (n x_s - y_s) instead of b_s n x_s, plus one
-layer's recomputed activations while that layer's backward runs (a term
-like any value's).  The objective adds each recomputed copy's forward
-collectives again, sum_s c_s y_s with c_s the class's forward edge and
-op costs under s, and, where a cost model in seconds is given, its FLOPs
-over the device's throughput (bytes alone would never choose to
-recompute).  `jax.checkpoint`'s policies are the points k = 0 (save
-everything) and k = n (recompute everything); per-value policies
-(save the matmul outputs, recompute the element-wise ops) split a layer's
-saved values into two such sets with a k each.  Writing the plan back needs
-a pass that clones a layer's forward ops before its backward's first read,
-which the partitioner would then lay out like any op.  No anchor (XLA's
-auto-sharding, Alpa, autoparallel) chooses the two together.
+*Rematerialization* (`remat.py`).  Where no plan fits the budget holding
+every activation the backward reads, the search recomputes some in the
+backward, as ``jax.checkpoint`` does.  The forward is cut where only the
+residual stream crosses (after each attention and MLP block of a
+transformer), each stretch is a segment, and segments of the same ops are
+copies of one class; recomputing a copy frees its residuals from their last
+forward read to the backward op that first reads one, where its ops run
+again.  Under ``full`` every residual is made again from the segment's
+inputs; under ``minimal`` the projections' results are kept and the rest is
+made from them.  A recomputed op runs in its original's layouts, so the
+choice adds no variable to the 0-1 program: it changes the memory terms
+(`_Memory.recomputed`, `held_until`) and adds what the ops cost again under
+the plan: their sums and moves, and, in seconds, their arithmetic (bytes
+alone would never choose arithmetic over memory).  The choice is greedy
+(`_Rematerializing`): priced under the cheapest plan of any size, the class
+and policy that free the most bytes at the fullest point per unit of price
+take copies, earliest layer first (held longest), until the cheapest plan
+fits; then less recomputation, where the floor fits, gets a gamble on a
+plan that moves more to fit.  The plan lists what it recomputes
+(`Plan.recomputations`), and ``spmd-auto-shard`` writes it into the
+program (`passes/rematerialize.py`: the ops cloned before the first
+backward read, behind an optimization barrier with the gradient they wait
+for).  XLA's GPU pipeline schedules with the barrier in place and keeps the
+recomputation late; its CPU pipeline removes barriers before it schedules
+(`OptimizationBarrierExpander` in its pre-layout passes), so a CPU compile
+may run the recomputation early and its memory analysis does not show the
+saving, for this project's recomputations and ``jax.checkpoint``'s alike.
+A joint choice (a recompute count per class inside the 0-1 program, whose
+rows subtract the freed residuals per strategy) would weigh every plan
+against every recomputation; the greedy one weighs the plans that fit the
+least recomputation and the most, which is what a budget asks for first.
 
 *The solver* (`program.py`) is HiGHS: the LP relaxation first (kept warm
 across unbounded solves, cold where memory is bounded); where it blends

@@ -164,6 +164,10 @@ class Plan:
     # deliver, and the seconds of its contractions' arithmetic within `cost`.
     moved_bytes: float | None = None
     compute_seconds: float = 0.0
+    # The segments the plan recomputes in the backward (`remat.Recomputation`),
+    # and what running them again costs, within `cost`.
+    recomputations: tuple = ()
+    recompute_cost: float = 0.0
 
 
 def format_bytes(size: float | None) -> str:

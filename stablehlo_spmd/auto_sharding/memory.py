@@ -29,7 +29,13 @@ class _Memory:
     `unit_of_node`, `node_strategy`, `free_sources` and `value_layouts`.
     `_memory_terms` sets `reads` and `read_sources`, which the rows and the
     copies read, and `live_out` and `lendable`, the results' allocations
-    that `_peak` places temporaries in."""
+    that `_peak` places temporaries in.  A plan that recomputes segments
+    (`remat.py`) sets `recomputed` (each freed value: its last forward read,
+    and where it is made again) and `held_until` (what a recomputation
+    reads: held until it runs)."""
+
+    recomputed: dict[int, tuple[int, int]]
+    held_until: dict[int, int]
 
     def _memory_terms(self):
         """Per buffer: (class root, unit, bytes per device per strategy, born, last use).
@@ -74,6 +80,11 @@ class _Memory:
         # without donation XLA holds both); a class's other values live in them.
         held_throughout = collections.Counter(self.root[v]
                                               for v in (*graph.outputs, *graph.arguments))
+        # What a recomputation reads is held until it runs (`remat.Recomputation`).
+        for value, until in self.held_until.items():
+            span = spans.get(value)
+            if span is not None:
+                span[1] = max(span[1], until)
         remade = self._remade_in_readers(spans, producer_of, held_throughout)
         # Where each result is written: by the op (not a tie) that makes a
         # value of its class; its allocation is free before then.  Where a
@@ -90,7 +101,16 @@ class _Memory:
         self.live_out: list[tuple[int, int]] = []   # (term index, where it is written)
         members: dict[int, list[tuple[int, int, int]]] = collections.defaultdict(list)
         for value, (first, last) in spans.items():
-            if value not in remade:
+            if value in remade:
+                continue
+            recomputed = self.recomputed.get(value)
+            if recomputed is not None and recomputed[1] <= last:
+                # Freed after its last forward read, made again where the
+                # recomputation runs: two buffers, one per span.
+                forward_last, again = recomputed
+                members[self.root[value]].append((first, max(first, forward_last), value))
+                members[self.root[value]].append((again, last, value))
+            else:
                 members[self.root[value]].append((first, last, value))
         # A read in another layout than the value's is a copy; reads of one
         # value in one layout share it (CSE), from the first to the last.
@@ -99,22 +119,11 @@ class _Memory:
         # compiled Mixtral step is), so the copy it delivers is f32.
         self.reads: dict[int, list] = collections.defaultdict(list)   # value -> reads
         self.read_sources: dict[int, tuple] = {}
-        for index in self.real_nodes:
-            unit = self.unit_of_node.get(index, -1)
-            if unit < 0:
-                continue
-            for position, value in enumerate(graph.nodes[index].operands):
-                # A value remade in its readers is remade in the layout each
-                # reads: no copy of it is held between them.
-                if value == NO_VALUE or value in self.free_sources or value in remade:
-                    continue
-                found = self.value_layouts(value)
-                if found is None:
-                    continue
-                wanted = [s.operands[position] for s in self.node_strategy[index]]
-                sizes = np.array([self.computed_nbytes[value] / _shards(self.layouts, l)
-                                  for l in wanted])
-                self.reads[value].append((index, unit, wanted, sizes))
+        for value, read, found in self._every_read():
+            # A value remade in its readers is remade in the layout each
+            # reads: no copy of it is held between them.
+            if value not in remade:
+                self.reads[value].append(read)
                 self.read_sources[value] = found
         terms, absorbed = self._contraction_copies(producer_of, spans)
         for root in sorted(members):
@@ -148,6 +157,32 @@ class _Memory:
         self.lendable = sum(float(terms[term][2].max()) for term, birth in self.live_out
                             if birth > 0)
         return terms
+
+    def _every_read(self) -> list:
+        """(value, (node, unit, the layout each strategy reads it in, its bytes
+        in each), the value's unit and layouts) of every read a unit decides:
+        the same for every plan, so made once (the memory terms are made
+        again for each set of recomputations tried)."""
+        found_reads = getattr(self, "_reads_made", None)
+        if found_reads is not None:
+            return found_reads
+        found_reads = []
+        for index in self.real_nodes:
+            unit = self.unit_of_node.get(index, -1)
+            if unit < 0:
+                continue
+            for position, value in enumerate(self.graph.nodes[index].operands):
+                if value == NO_VALUE or value in self.free_sources:
+                    continue
+                found = self.value_layouts(value)
+                if found is None:
+                    continue
+                wanted = [s.operands[position] for s in self.node_strategy[index]]
+                sizes = np.array([self.computed_nbytes[value] / _shards(self.layouts, l)
+                                  for l in wanted])
+                found_reads.append((value, (index, unit, wanted, sizes), found))
+        self._reads_made = found_reads
+        return found_reads
 
     @staticmethod
     def _held_to(node, index: int, made: int) -> int:

@@ -25,6 +25,7 @@ from stablehlo_spmd.auto_sharding.graph import (
     CostModel, Graph, InfeasibleBudget, Plan, Pricer, SearchTimeLimit, format_bytes)
 from stablehlo_spmd.auto_sharding.memory import _Memory
 from stablehlo_spmd.auto_sharding.program import BOUNDED_GAP, _distinct, _Milp, _Unit
+from stablehlo_spmd.auto_sharding.remat import _Rematerializing
 from stablehlo_spmd.auto_sharding.strategies import (
     Strategy, _is_contraction, _Layouts, _shards, _Strategies, contraction_flops, work_split)
 from stablehlo_spmd.auto_sharding.symmetry import axis_swaps
@@ -46,13 +47,15 @@ def search(graph: Graph, memory_budget: float | None = None,
     return Search(graph, cost_model, cluster).solve(memory_budget, time_limit)
 
 
-class Search(_Memory):
+class Search(_Memory, _Rematerializing):
     """One program's problem, built once: `solve` may be called again with
     another budget (the measured-memory loop of the pass) and reuses every
     strategy, cost matrix and memory term."""
 
-    def __init__(self, graph: Graph, cost_model: CostModel = CostModel(), cluster: bool = True):
+    def __init__(self, graph: Graph, cost_model: CostModel = CostModel(), cluster: bool = True,
+                 recompute: bool = True):
         started = time.perf_counter()
+        self.recompute = recompute   # may recompute activations where no plan fits otherwise
         self.graph = graph
         self.cost_model = cost_model
         self.layouts = _Layouts(graph.mesh)
@@ -126,7 +129,10 @@ class Search(_Memory):
         self._cuts: list[int] = []
         self._reference: list[int] | None = None
         self._unbounded = None   # the cheapest plan of any size, once solved
+        self.cheapest_seconds = 0.0   # what solving it took
         self._memory_built = None
+        self.recomputed: dict[int, tuple[int, int]] = {}   # see `_Memory`
+        self.held_until: dict[int, int] = {}
         self.memory_floor = 0.0  # `_floor` of the memory terms, with them
 
     # --------------------------------------------------------------- build
@@ -321,25 +327,32 @@ class Search(_Memory):
         """Bytes (or seconds) to move `value` from `source` to `target`; or,
         where its op is one the partitioner makes again rather than moves
         (`REMADE_NOT_MOVED`: a widening convert, a reshape) and that moves
-        less, what making it again in `target` moves: its operands'."""
-        move = self._move(source, target, value)
-        if move and math.isfinite(move):
-            remade = self._remade(source, target, value)
-            if remade is not None and remade < move:
-                return remade
-        return move
+        less, what making it again in `target` costs: its operands' moves.
+        The partitioner chooses by bytes, so the choice is made by bytes
+        whatever the price is in."""
+        return self._priced_move(source, target, value, with_bytes=False)[0]
 
     def moved_bytes(self, source: Sharding, target: Sharding, value: int) -> float:
-        """The bytes per device what `cost` chose delivers: `value` moved, or
-        made again (the same number as `cost` where the cost is bytes)."""
-        if not self.cost_model.in_seconds:
-            return self.cost(source, target, value)
+        """The bytes per device what `cost` chose delivers (the same number as
+        `cost` where the cost is bytes)."""
+        return self._priced_move(source, target, value)[1]
+
+    def _priced_move(self, source: Sharding, target: Sharding, value: int,
+                     with_bytes: bool = True) -> tuple[float, float | None]:
+        """(price, bytes) of what the partitioner does to read `value` in
+        `target`: move it, or make it again where that moves fewer bytes
+        (bytes None where not `with_bytes` and the choice needs none)."""
+        in_seconds = self.cost_model.in_seconds
         move = self._move(source, target, value)
         if move and math.isfinite(move):
             remade = self._remade(source, target, value)
-            if remade is not None and remade < move:
-                return self._remade(source, target, value, in_bytes=True)
-        return self._move(source, target, value, in_bytes=True)
+            if remade is not None:
+                moved = self._move(source, target, value, in_bytes=True) if in_seconds \
+                    else move
+                return remade if remade[1] < moved else (move, moved)
+        if not in_seconds:
+            return move, move
+        return move, (self._move(source, target, value, in_bytes=True) if with_bytes else None)
 
     def _move(self, source: Sharding, target: Sharding, value: int,
               in_bytes: bool = False) -> float:
@@ -359,10 +372,11 @@ class Search(_Memory):
             return None
         return index
 
-    def _remade(self, source: Sharding, target: Sharding, value: int,
-                in_bytes: bool = False) -> float | None:
-        """What `value`'s op moves to make it again in `target` from the
-        operands that made it in `source` (one op deep), or None."""
+    def _remade(self, source: Sharding, target: Sharding,
+                value: int) -> tuple[float, float] | None:
+        """(price, bytes) of what `value`'s op moves to make it again in
+        `target` from the operands that made it in `source` (one op deep),
+        or None."""
         index = self._remaker(value)
         if index is None or source.unreduced or target.unreduced:
             return None
@@ -372,14 +386,17 @@ class Search(_Memory):
         wanted = self.strategies.follow_result(node.rule, leader, target)
         if made is None or wanted is None:
             return None
-        total = 0.0
+        in_seconds = self.cost_model.in_seconds
+        price = moved = 0.0
         for position, operand in enumerate(node.operands):
             if operand == NO_VALUE or not self.graph.shapes[operand] \
                     or operand in self.free_sources:
                 continue
-            total += self._move(made.operands[position], wanted.operands[position], operand,
-                                in_bytes)
-        return total
+            step = self._move(made.operands[position], wanted.operands[position], operand)
+            price += step
+            moved += self._move(made.operands[position], wanted.operands[position], operand,
+                                in_bytes=True) if in_seconds else step
+        return price, moved
 
     def _follower_read(self, reader: int, value: int, layouts_a: list) -> np.ndarray:
         """The cost matrix of a stored follower `reader` reading its leader
@@ -416,19 +433,20 @@ class Search(_Memory):
         # reads no layout of its own.
         if held is None or wanted is None or math.isinf(strategy.cost):
             return 0.0, 0.0
-        price = self.cost(held, wanted, value), (held, wanted, value)
+        price = self._priced_move(held, wanted, value)
         if price[0] and not held.unreduced:
             # Where the leader's layout is not one the op can run in (a
             # reshape merging a split minor dim), it runs in the nearest
-            # one, and its leader moves there.
+            # one, and its leader moves there; the partitioner picks the
+            # way that moves fewer bytes.
             ran = self.strategies.follow(node.rule, position, held)
             here, read = ran.results[0], ran.operands[position]
             if here is not None and read is not None:
-                there = self.cost(held, read, value) + self.cost(here, layout, node.results[0])
-                if there < price[0]:
-                    return there, self.moved_bytes(held, read, value) + self.moved_bytes(
-                        here, layout, node.results[0])
-        return price[0], self.moved_bytes(*price[1])
+                first = self._priced_move(held, read, value)
+                then = self._priced_move(here, layout, node.results[0])
+                if first[1] + then[1] < price[1]:
+                    return first[0] + then[0], first[1] + then[1]
+        return price
 
     # --------------------------------------------------------------- solve
 
@@ -574,9 +592,11 @@ class Search(_Memory):
         return self._memory_built
 
     def _problem(self):
-        """(the 0-1 program, memory terms, tie-break weight), built on first use."""
+        """(the 0-1 program, memory terms, tie-break weight), the program built
+        on first use; the memory terms are those of the recomputations set
+        (`_Rematerializing`), the program's the same whatever they are."""
+        memory = self._memory()
         if self._built is None:
-            memory = self._memory()
             linear, blocks = self._edges()
             # Among plans that move as much, the one that holds less: a millionth
             # of a byte moved per byte held breaks ties and decides nothing else.
@@ -588,8 +608,9 @@ class Search(_Memory):
             problem = _Milp(self.units, self.variable_classes, linear, blocks)
             problem.take_mirrors(axis_swaps(self.units, self.variable_classes,
                                             self.layouts.axis_size))
-            self._built = (problem, memory, tie_break)
-        return self._built
+            self._built = (problem, tie_break)
+        problem, tie_break = self._built
+        return problem, memory, tie_break
 
     def _choices(self, values: Iterable[int]):
         """(value, unit, its layout per strategy of the unit) for each of
@@ -614,6 +635,46 @@ class Search(_Memory):
                  else PREFERENCE * held for layout in options])
 
     def solve(self, memory_budget: float | None, time_limit: float = 60.0) -> Plan:
+        """The cheapest plan within `memory_budget` (None: any size), found
+        within `time_limit` seconds; where none fits holding every residual,
+        the cheapest that recomputes what it must (`_Rematerializing`)."""
+        started = time.perf_counter()
+        self._recompute([])
+        layers = self._layers() if memory_budget is not None and self.recompute else None
+        if layers is None or not layers.segments:
+            return self._solve(memory_budget, time_limit)
+        # A program that can recompute does not seek the least memory a plan
+        # holds without doing so (the least-memory program, for most of the
+        # time left): where no plan fits in a share of the time, it recomputes.
+        self._memory()
+        if self.memory_floor <= memory_budget * (1 + 1e-9):
+            try:
+                return self._solve(memory_budget, time_limit * self.FIRST_SHARE,
+                                   seek_least=False)
+            except InfeasibleBudget:
+                pass
+            except SearchTimeLimit:
+                if time.perf_counter() >= started + time_limit:
+                    raise
+        return self._solve_recomputing(memory_budget, started + time_limit, time_limit)
+
+    def _cheapest_strategies(self, deadline: float) -> list[int] | None:
+        """The cheapest plan's strategies, of any size (solved once)."""
+        if self._unbounded is None and time.perf_counter() < deadline:
+            problem, _, _ = self._problem()
+            started = time.perf_counter()
+            try:
+                self._unbounded = self._within_gap(problem, [], None, deadline)
+            except SearchTimeLimit:
+                return None
+            self.cheapest_seconds = time.perf_counter() - started
+        return None if self._unbounded is None else self._unbounded[0]
+
+    def _solve(self, memory_budget: float | None, time_limit: float = 60.0,
+               seek_least: bool = True) -> Plan:
+        """`solve` with the memory terms as they are set; where no plan fits,
+        the error names the least memory a plan reaches, unless not
+        `seek_least` (the floor then: the search will recompute instead)."""
         started = time.perf_counter()
         self._memory()
         if memory_budget is not None and self.memory_floor > memory_budget * (1 + 1e-9):
@@ -672,7 +733,7 @@ class Search(_Memory):
                     choice = self._within_gap(problem, rows, memory_budget,
                                               started + time_limit, overflow,
                                               start=reference if fits else None,
-                                              fallback=fitting_start)
+                                              fallback=fitting_start if seek_least else None)
                 except SearchTimeLimit:
                     if not least or math.isinf(least[-1][0]):
                         raise
@@ -682,6 +743,10 @@ class Search(_Memory):
                         f"least memory found is {format_bytes(least[-1][0])}, not proved the "
                         f"least (no plan holds less than {format_bytes(self.memory_floor)}); give "
                         "the search more time (time-limit)") from None
+            if choice is None and not seek_least:
+                raise InfeasibleBudget(
+                    f"no plan found fits a memory budget of {format_bytes(memory_budget)} per "
+                    "device holding every residual", self.memory_floor)
             if choice is None:
                 smallest = least[-1][0] if memory_budget is not None and rows and least else \
                     self._smallest_peak(problem, memory, points, cuts, time_limit)[0]
@@ -695,8 +760,8 @@ class Search(_Memory):
                 raise InfeasibleBudget(
                     f"no plan fits a memory budget of {format_bytes(memory_budget)} per device; "
                     f"the smallest budget found feasible is {format_bytes(smallest)} "
-                    f"({int(math.ceil(smallest))} bytes){cut_short} without rematerialization, "
-                    "which the search does not choose", smallest)
+                    f"({int(math.ceil(smallest))} bytes){cut_short} {self._holding_all()}",
+                    smallest)
             peak, at = self._peak(memory, choice[0], points)
             if memory_budget is None or peak <= memory_budget * (1 + 1e-9):
                 break
@@ -717,6 +782,14 @@ class Search(_Memory):
         plan.time_limited = time.perf_counter() >= started + time_limit or problem.out_of_time
         return plan
 
+    def _holding_all(self) -> str:
+        """Why the figure is what every plan holds: no recomputation was allowed,
+        or none the search can make frees any of it."""
+        if not self.recompute:
+            return "holding every value the backward reads (recomputing none)"
+        return "holding every value the backward reads (no recomputation the search can " \
+            "make frees any of it)"
+
     def _below_floor(self, memory_budget: float):
         """Refuse a budget under the memory floor, at once: with the floor,
         and with the cheapest plan's peak (a budget a plan fits) where that
@@ -728,8 +801,7 @@ class Search(_Memory):
         floor = self.memory_floor
         message = (f"no plan fits a memory budget of {format_bytes(memory_budget)} per device: "
                    f"every plan holds at least {format_bytes(floor)} ({int(math.ceil(floor))} "
-                   "bytes) at its fullest point, without rematerialization, which the search "
-                   "does not choose")
+                   f"bytes) at its fullest point, {self._holding_all()}")
         if self._unbounded is None:
             raise InfeasibleBudget(message, floor)
         memory = self._memory()
@@ -855,20 +927,7 @@ class Search(_Memory):
     def _plan_bytes(self, strategies: list[int]) -> float:
         """The bytes per device the plan's collectives deliver: `_edges` on its
         strategies alone, priced in bytes (the objective is, where it is bytes)."""
-        nodes = self.graph.nodes
-        total = sum(strategy.moved * nodes[index].repeats
-                    for index, strategy in self._chosen(strategies))
-        for unit_a, layouts_a, unit_b, layouts_b, value, reader, site in self._pairs():
-            held, read = layouts_a[strategies[unit_a]], layouts_b[strategies[unit_b]]
-            if reader in self.stored_followers and \
-                    nodes[reader].operands[self.leader[reader]] == value:
-                price = self._follower_price(reader, value, held, strategies[unit_b])[1]
-            elif held is None or read is None:
-                continue
-            else:
-                price = self.moved_bytes(held, read, value)
-            total += price * nodes[site].repeats
-        return float(total)
+        return float(sum(moved for _, moved in self._site_prices(strategies).values()))
 
     def _smallest_peak(self, problem: _Milp, memory, points, cuts: list[int],
                        time_limit: float) -> tuple[float, list[int], float]:

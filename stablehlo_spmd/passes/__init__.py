@@ -89,5 +89,5 @@ def registered_passes() -> dict[str, type[ModulePass]]:
     # Importing the pass modules registers them; done lazily to keep this
     # module free of import cycles.
     from stablehlo_spmd.passes import (  # noqa: F401
-        annotate, auto_shard, inline_calls, partition, propagate)
+        annotate, auto_shard, inline_calls, partition, propagate, rematerialize)
     return PASS_REGISTRY

@@ -84,6 +84,7 @@ from stablehlo_spmd.module_shardings import (
 from stablehlo_spmd.passes import ModulePass, register_pass
 from stablehlo_spmd.passes.inline_calls import inline_calls
 from stablehlo_spmd.passes.propagate import ModuleGraph
+from stablehlo_spmd.passes.rematerialize import rematerialize
 from stablehlo_spmd.op_graph import NO_VALUE
 from stablehlo_spmd.propagation import ValueState
 
@@ -312,6 +313,7 @@ def _search_and_write(module: ir.Operation, options: AutoShardPass,
                             f"{options.time_limit:g} s ended the search before it proved its "
                             "plan the cheapest; another run may find another (raise time-limit)")
     _write_plan(module, graph, mesh, plan)
+    rematerialize(graph, plan.recomputations)
     if options.explain:
         solver = graph.solver
         for node, op in zip(graph.nodes, graph.node_ops):
@@ -369,6 +371,7 @@ def _planned_text(pristine: str, context: ir.Context, mesh: Mesh, plan: Plan) ->
     copy = ir.Module.parse(pristine, context).operation
     graph, _ = _read(copy, mesh)
     _write_plan(copy, graph, mesh, plan)
+    rematerialize(graph, plan.recomputations)
     return copy.get_asm(enable_debug_info=True)
 
 
@@ -668,6 +671,12 @@ def format_table(result: AutoShardResult) -> str:
         f"  search: {plan.build_seconds + plan.solve_seconds:.2f} s ({plan.variables} ILP "
         f"variables, {plan.constraints} constraints; {plan.units} decision units in "
         f"{plan.unit_classes} classes after clustering repeated layers)"]
+    if plan.recomputations:
+        policies = sorted({r.policy for r in plan.recomputations})
+        extra = (f"{plan.recompute_cost:.3g} s" if plan.cost_in_seconds
+                 else format_bytes(plan.recompute_cost))
+        lines.append(f"  recomputes {len(plan.recomputations)} segments of the forward in the "
+                     f"backward ({', '.join(policies)}), for {extra} more a step")
     if plan.time_limited:
         lines.append("  the search's time limit ended the search before it proved this plan "
                      "the cheapest")

@@ -2,7 +2,7 @@
 // CLI: stablehlo-spmd-opt %s --pass-pipeline='builtin.module(no-such-pass)' -o %t/out.mlir
 // API: run_passes 'pipeline=builtin.module(no-such-pass)'
 // RAISES: PipelineError
-// STDERR: error: unknown pass 'no-such-pass': it is neither a stablehlo-spmd pass (spmd-annotate, spmd-auto-shard, spmd-inline-calls, spmd-partition, spmd-propagate) nor an MLIR pass registered in jaxlib
+// STDERR: error: unknown pass 'no-such-pass': it is neither a stablehlo-spmd pass (spmd-annotate, spmd-auto-shard, spmd-inline-calls, spmd-partition, spmd-propagate, spmd-rematerialize) nor an MLIR pass registered in jaxlib
 func.func @ok(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   return %arg0 : tensor<4xf32>
 }

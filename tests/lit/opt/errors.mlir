@@ -21,7 +21,7 @@
 // MISSING: error: cannot open input file '{{.*}}does_not_exist.mlir': No such file or directory
 
 // RUN: not stablehlo-spmd-opt %s --pass-pipeline='builtin.module(no-such-pass)' 2>&1 | FileCheck %s --check-prefix=PASS
-// PASS: error: unknown pass 'no-such-pass': it is neither a stablehlo-spmd pass (spmd-annotate, spmd-auto-shard, spmd-inline-calls, spmd-partition, spmd-propagate) nor an MLIR pass registered in jaxlib
+// PASS: error: unknown pass 'no-such-pass': it is neither a stablehlo-spmd pass (spmd-annotate, spmd-auto-shard, spmd-inline-calls, spmd-partition, spmd-propagate, spmd-rematerialize) nor an MLIR pass registered in jaxlib
 
 // RUN: not stablehlo-spmd-opt %s --pass-pipeline='builtin.module(cse' 2>&1 | FileCheck %s --check-prefix=SYNTAX
 // SYNTAX: error: expected 'builtin.module(...)' in pass pipeline 'builtin.module(cse'
