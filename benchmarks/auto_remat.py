@@ -213,6 +213,9 @@ def main() -> None:
     from stablehlo_spmd.passes.auto_shard import parse_bytes
 
     runtime.ensure_host_devices(DEVICES)
+    import jax
+
+    jax.devices()   # the backend a user's process has started before it searches
     budget = parse_bytes(options.budget)
     compile_it = not options.no_compile
     rows = [auto(options.layers, budget, compile_it)]

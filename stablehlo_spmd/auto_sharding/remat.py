@@ -434,7 +434,8 @@ class _Rematerializing:
         for trial in tries:
             if trial is None or (best is not None and (
                     trial == list(best.recomputations) or reference is None or
-                    self._unbounded[1] + sum(self._rerun_price(r, prices)[0] for r in trial)
+                    self._unbounded[1] / self.objective_scale
+                    + sum(self._rerun_price(r, prices)[0] for r in trial)
                     >= best.cost * (1 - BOUNDED_GAP))):
                 continue
             self._recompute(trial)

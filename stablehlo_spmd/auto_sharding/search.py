@@ -56,6 +56,9 @@ class Search(_Memory, _Rematerializing):
                  recompute: bool = True):
         started = time.perf_counter()
         self.recompute = recompute   # may recompute activations where no plan fits otherwise
+        # The 0-1 program's prices are the cost model's times this: seconds in
+        # microseconds, bytes as they are.
+        self.objective_scale = 1e6 if cost_model.in_seconds else 1.0
         self.graph = graph
         self.cost_model = cost_model
         self.layouts = _Layouts(graph.mesh)
@@ -605,6 +608,13 @@ class Search(_Memory, _Rematerializing):
             for _value, unit, per_device, _born, _last in memory:
                 linear[unit] = linear[unit] + tie_break * per_device
             self._prefer(linear)
+            # HiGHS's tolerances are absolute: prices of a few microseconds
+            # sit under them, and its simplex wandered (Llama-3-8B's LP: 3.8 s
+            # in seconds, 2.1 s in microseconds, the same optimum).
+            scale = self.objective_scale
+            if scale != 1.0:
+                linear = [terms * scale for terms in linear]
+                blocks = {key: matrix * scale for key, matrix in blocks.items()}
             problem = _Milp(self.units, self.variable_classes, linear, blocks)
             problem.take_mirrors(axis_swaps(self.units, self.variable_classes,
                                             self.layouts.axis_size))
@@ -773,7 +783,7 @@ class Search(_Memory, _Rematerializing):
         strategies, objective = choice
         if memory_budget is not None:
             self._reference = strategies
-        objective = max(0.0, objective - tie_break * sum(
+        objective = max(0.0, objective / self.objective_scale - tie_break * sum(
             per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
         plan = self._plan(strategies, objective, points, started)
         # Every solve above runs to the one deadline, so reaching it means
@@ -890,14 +900,13 @@ class Search(_Memory, _Rematerializing):
         """What a plan moves, by the search's own prices."""
         problem, memory, tie_break = self._problem()
         linear, blocks = problem.parts
-        total = -tie_break * sum(per_device[strategies[unit]]
-                                 for _v, unit, per_device, _b, _l in memory)
-        total += sum(linear[unit][strategies[unit]] for unit in range(len(self.units))
+        total = sum(linear[unit][strategies[unit]] for unit in range(len(self.units))
                     if math.isfinite(linear[unit][strategies[unit]]))
         chosen = dict(zip(self.variable_classes, strategies))
         total += sum(matrix[chosen[a], chosen[b]] for (a, b), matrix in blocks.items()
                      if math.isfinite(matrix[chosen[a], chosen[b]]))
-        return max(0.0, total)
+        return max(0.0, total / self.objective_scale - tie_break * sum(
+            per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
 
     def _plan(self, strategies: list[int], objective: float, points, started: float) -> Plan:
         problem, memory, _ = self._problem()

@@ -88,14 +88,18 @@ def rematerialize(graph: ModuleGraph, recomputations: Sequence[Recomputation]) -
     for position, node in enumerate(graph.nodes):
         for index in node.results:
             made_at.setdefault(index, position)
+    # Program order, taken once: the ops inserted below are the barriers and
+    # clones, which read no value a recomputation frees.
+    order = {op.operation: i for function in graph.functions.values()
+             for i, op in enumerate(function.regions[0].blocks[0].operations)}
     # The last recomputation first: each is placed before an op of the
     # backward, and an earlier layer's backward comes later.
     for recomputation in sorted(recomputations, key=lambda r: -r.at):
-        _clone_before(graph, values, made_at, recomputation)
+        _clone_before(graph, values, made_at, order, recomputation)
 
 
 def _clone_before(graph: ModuleGraph, values: dict[int, ir.Value], made_at: dict[int, int],
-                  recomputation: Recomputation) -> None:
+                  order: dict[ir.Operation, int], recomputation: Recomputation) -> None:
     reader = next(op for op in graph.node_ops[recomputation.at:] if op is not None).operation
     freed = {values[v] for v in recomputation.freed}
     held = [values[v] for v in recomputation.held]
@@ -114,7 +118,6 @@ def _clone_before(graph: ModuleGraph, values: dict[int, ir.Value], made_at: dict
                 if operand in renamed:
                     clone.operands[position] = renamed[operand]
             renamed.update(zip(op.results, clone.results))
-    order = _positions(reader)
     at = order[_top(reader)]
     for value in freed | set(waited):
         copy = renamed[value]
@@ -150,11 +153,6 @@ def _top(op: ir.Operation) -> ir.Operation:
     while op.parent is not None and op.parent.name != "func.func":
         op = op.parent.operation
     return op.operation
-
-
-def _positions(op: ir.Operation) -> dict[ir.Operation, int]:
-    block = _top(op).parent.regions[0].blocks[0]
-    return {inner.operation: i for i, inner in enumerate(block.operations)}
 
 
 def _inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
