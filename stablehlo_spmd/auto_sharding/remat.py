@@ -12,8 +12,8 @@ recompute; `Search` decides which to (`Search.solve`), and
 *The boundary* between forward and backward is the program point where the
 values read both before and after it take the most bytes
 (`Layers.boundary`): where every residual is held, which the forward has
-read and the backward will read again.  JAX writes a step's forward ops before its backward ones,
-and so does every front end here.
+read and the backward will read again.  JAX writes a step's forward ops
+before its backward ones, and so does every front end here.
 
 *Segments.*  Between two layers of a residual network only the residual
 stream crosses: the values the forward made and its later ops still read
@@ -21,15 +21,16 @@ stream crosses: the values the forward made and its later ops still read
 forward is cut at the local minima of the cut that the most minima share
 (`_boundaries`: the residual stream's size, which a transformer reaches
 after each attention block and each MLP block), and each stretch between
-two cuts is a `Segment`.  Segments whose ops are the same ops on the same shapes are
-copies of one *class* (the layers of an unrolled stack), recomputed alike.
+two cuts is a `Segment`.  Segments whose ops are the same ops on the same
+shapes are copies of one *class* (the layers of an unrolled stack),
+recomputed alike.
 
 *Residuals.*  A segment's residuals are the values it makes that the
 backward reads, except those a later segment reads too (the residual stream
 at a cut: a recomputation reads it, so it is held in any case) and those a
-tie reads (a value the program returns, or hands to a loop or a call).  Recomputing
-a segment frees each residual from its last forward read to the first
-backward read of any (`Segment.recompute_at`), where the recomputation
+tie reads (a value the program returns, or hands to a loop or a call).
+Recomputing a segment frees each residual from its last forward read to the
+first backward read of any (`Recomputation.at`), where the recomputation
 makes it again.  Under ``full`` every residual is recomputed from the
 segment's inputs; under ``minimal`` (``jax.checkpoint_policies.
 dots_with_no_batch_dims_saveable``, MaxText's ``minimal``) the results of
@@ -60,7 +61,7 @@ from stablehlo_spmd.op_graph import NO_VALUE, Node
 from stablehlo_spmd.op_rules import FactorKind, OpRule
 
 POLICIES = ("full", "minimal")
-# A cut counts as one of the forward's least where it is within this of the least.
+# Minima of the cut within this of each other are one value (`_boundaries`).
 CUT_SLACK = 0.05
 
 

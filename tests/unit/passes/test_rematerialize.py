@@ -64,4 +64,5 @@ def test_every_layer_is_recomputed_behind_a_barrier(policy, tanh_again, products
 def test_an_unknown_policy_is_refused():
     params, x = _arguments()
     with pytest.raises(SpmdError, match="unknown policy 'some'"):
-        ss.run_passes(ss.export(residual_mlp.step, params, x), "builtin.module(spmd-rematerialize{policy=some})")
+        ss.run_passes(ss.export(residual_mlp.step, params, x),
+                      "builtin.module(spmd-rematerialize{policy=some})")
