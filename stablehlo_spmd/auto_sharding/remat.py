@@ -397,6 +397,7 @@ class _Rematerializing:
         smallest = math.inf
         best = None
         least_fitting = None   # the least recomputation whose floor fits the budget
+        fullest = (math.inf, [])   # the least the cheapest plan held, and with what
         while time.perf_counter() < deadline:
             recomputations = [r for signature, (policy, count) in chosen.items()
                               for r in options[signature, policy][0][:count]]
@@ -408,6 +409,12 @@ class _Rematerializing:
                 least_fitting = recomputations
             points = sorted({t for *_, b, last in memory for t in (b, last)})
             peak, at = self._peak(memory, reference, points) if reference else (math.inf, None)
+            if chosen and peak >= fullest[0] * (1 - self.REMAT_STEP / 10):
+                # Recomputing more no longer shrinks what the cheapest plan
+                # holds (what else it holds is over the budget): a plan that
+                # moves more must fit instead.
+                break
+            fullest = min(fullest, (peak, recomputations), key=lambda found: found[0])
             if chosen and peak <= budget * (1 + 1e-9):
                 # The cheapest plan of any size fits: recomputing more could
                 # only cost more.
@@ -417,6 +424,7 @@ class _Rematerializing:
             # Recompute enough for the cheapest plan to fit (past the floor
             # by at least a step, where its own estimate fits already).
             needed = (peak if reference else self.memory_floor) - budget
+
 
             if fits:
                 needed = max(needed, self.REMAT_STEP * budget)
@@ -429,9 +437,9 @@ class _Rematerializing:
         # Less recomputation, where the floor fits, with a plan that moves more
         # to fit: worth a solve only where its price could undercut the best by
         # more than the gap a bounded plan is proved to (`BOUNDED_GAP`).  Where
-        # the cheapest plan fitted under no recomputation, the most found is
-        # tried too, with whatever plan fits it.
-        tries = [least_fitting] if best is not None else [least_fitting, recomputations]
+        # the cheapest plan fitted under no recomputation, the one it came
+        # nearest under is tried first, with whatever plan fits it.
+        tries = [least_fitting] if best is not None else [fullest[1], least_fitting]
         for trial in tries:
             if trial is None or (best is not None and (
                     trial == list(best.recomputations) or reference is None or
