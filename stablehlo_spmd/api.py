@@ -9,6 +9,7 @@ come out as `SpmdWarning`s through Python's `warnings` module.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from typing import Any, Iterable
 
@@ -146,6 +147,7 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
     that does, or when the search finds none within `time_limit` seconds
     (counted from reading the program, measuring included: the whole call).
     """
+    started = time.perf_counter()
     mesh = as_mesh(mesh)
     rule_set = as_rule_set(rules, mesh)
     if isinstance(bandwidth, dict):
@@ -160,7 +162,8 @@ def auto_shard(text: str, mesh: Any, memory_budget: int | float | str | None = N
         module = parse_module(text, filename, context)
         ok = run_pipeline(module, Pipeline((AnnotatePass(rules=rule_set),)))
         ok = ok and auto_shard_module(module.operation, options, check,
-                                          measure_always=bool(measure_memory)) is not None
+                                      measure_always=bool(measure_memory),
+                                      started=started) is not None
         _surface(engine)
         if not ok:
             raise SpmdError("pass pipeline failed")

@@ -254,8 +254,8 @@ class _Milp:
             # Out of time (or of HiGHS's patience) before any plan: saying
             # "no plan fits" here would send the user after the wrong knob.
             raise SearchTimeLimit(
-                f"the solver found no plan within its time limit of {time_limit:g} s; "
-                "give the search more time (time-limit)")
+                "the solver found no plan within the time limit; give the search more time "
+                "(time-limit)")
         self.proved = status == 0
         strategies = self._strategies(x)
         if minimize_peak:

@@ -666,7 +666,7 @@ class Search(_Memory, _Rematerializing):
             except SearchTimeLimit:
                 if time.perf_counter() >= started + time_limit:
                     raise
-        return self._solve_recomputing(memory_budget, started + time_limit, time_limit)
+        return self._solve_recomputing(memory_budget, started + time_limit)
 
     def _cheapest_strategies(self, deadline: float) -> list[int] | None:
         """The cheapest plan's strategies, of any size (solved once)."""
@@ -697,6 +697,15 @@ class Search(_Memory, _Rematerializing):
         choice = None
         # Rows are linearized around the last plan, of this solve or the last.
         reference = self._reference
+        # The cheapest plan seen that fits at every point (each round's
+        # choice, and the relaxation's rounding beside the 0-1 program's): a
+        # round whose plan overflows a point no row bounded is solved again,
+        # and where the time limit ends that round, this plan is the answer.
+        # (Llama-3-70B's step at 80 GiB: the 0-1 program's plan overflowed a
+        # point beside the row's, and the next round had no time left.)
+        seen: list = []
+        fitting = None
+        least: list = []   # (least peak, its plan, a floor) of each least-memory search
         for _round in range(12):
             rows = [self._memory_row(memory, t, reference) for t in cuts]
             # The deadline is the whole solve's, cutting-plane rounds and all.
@@ -722,7 +731,6 @@ class Search(_Memory, _Rematerializing):
                 # budget is opened above it.
                 fits = reference is not None and \
                     self._peak(memory, reference, points)[0] <= memory_budget * (1 + 1e-9)
-                least: list = []
 
                 def fitting_start(cuts=cuts):
                     # The least-memory plan, where the relaxation rounded to
@@ -743,16 +751,28 @@ class Search(_Memory, _Rematerializing):
                     choice = self._within_gap(problem, rows, memory_budget,
                                               started + time_limit, overflow,
                                               start=reference if fits else None,
-                                              fallback=fitting_start if seek_least else None)
+                                              fallback=fitting_start if seek_least else None,
+                                              seen=seen)
                 except SearchTimeLimit:
+                    if fitting is None and least and least[-1][1] and \
+                            least[-1][0] <= memory_budget * (1 + 1e-9):
+                        fitting = (least[-1][1], self._program_objective(least[-1][1]))
+                    if fitting is not None:
+                        choice = fitting
+                        break
                     if not least or math.isinf(least[-1][0]):
                         raise
                     raise SearchTimeLimit(
                         f"no plan that fits a memory budget of {format_bytes(memory_budget)} "
-                        f"per device was found within the time limit of {time_limit:g} s; the "
+                        "per device was found within the time limit; the "
                         f"least memory found is {format_bytes(least[-1][0])}, not proved the "
                         f"least (no plan holds less than {format_bytes(self.memory_floor)}); give "
                         "the search more time (time-limit)") from None
+            if choice is None and least and least[-1][1] and \
+                    least[-1][0] <= memory_budget * (1 + 1e-9):
+                # The least-memory plan fits, though the rows, which bound a
+                # plan's memory from above, cut it off as the 0-1 program's start.
+                choice = (least[-1][1], self._program_objective(least[-1][1]))
             if choice is None and not seek_least:
                 raise InfeasibleBudget(
                     f"no plan found fits a memory budget of {format_bytes(memory_budget)} per "
@@ -764,7 +784,7 @@ class Search(_Memory, _Rematerializing):
                     raise InfeasibleBudget(
                         f"no plan fits a memory budget of {format_bytes(memory_budget)} per "
                         "device, and the least memory any plan reaches was not found within "
-                        f"the time limit of {time_limit:g} s", smallest)
+                        "the time limit", smallest)
                 cut_short = (" (found when the time limit ended the search: the least may be "
                              "lower)" if time.perf_counter() >= started + time_limit else "")
                 raise InfeasibleBudget(
@@ -775,11 +795,21 @@ class Search(_Memory, _Rematerializing):
             peak, at = self._peak(memory, choice[0], points)
             if memory_budget is None or peak <= memory_budget * (1 + 1e-9):
                 break
+            fitting = self._cheapest_fitting(memory, points, memory_budget, seen, fitting)
+            if fitting is not None and time.perf_counter() >= started + time_limit:
+                choice = fitting
+                break
             if at in cuts and reference == choice[0]:
+                if fitting is not None:
+                    choice = fitting
                 break
             reference = choice[0]
             if at not in cuts:
                 cuts.append(at)
+        if fitting is not None and choice is not fitting and (
+                fitting[1] < choice[1] or
+                self._peak(memory, choice[0], points)[0] > memory_budget * (1 + 1e-9)):
+            choice = fitting
         strategies, objective = choice
         if memory_budget is not None:
             self._reference = strategies
@@ -821,9 +851,21 @@ class Search(_Memory, _Rematerializing):
             f"{message}; the smallest budget found feasible is {format_bytes(smallest)} "
             f"({int(math.ceil(smallest))} bytes), the cheapest plan's", smallest)
 
+    def _cheapest_fitting(self, memory, points, budget: float, seen: list, fitting):
+        """The cheapest of `fitting` and the plans in `seen` (emptied) that fit
+        `budget` at every point."""
+        for strategies, cost in sorted(seen, key=lambda found: found[1]):
+            if fitting is not None and cost >= fitting[1]:
+                break
+            if self._peak(memory, strategies, points)[0] <= budget * (1 + 1e-9):
+                fitting = (strategies, cost)
+                break
+        seen.clear()
+        return fitting
+
     @staticmethod
     def _within_gap(problem: _Milp, rows, budget, deadline: float, overflow=None,
-                    start: list[int] | None = None, fallback=None):
+                    start: list[int] | None = None, fallback=None, seen: list | None = None):
         """The relaxation's plan where it proves itself; else the 0-1
         program's, or, out of time for that, the relaxation's best.  Where
         `overflow` gives a new row for a plan of the relaxation's, the
@@ -831,7 +873,8 @@ class Search(_Memory, _Rematerializing):
         satisfies `rows` within `budget`, is where the 0-1 program starts;
         without one, where the relaxation rounded to no plan, `fallback`
         gives (a plan that fits to start from, or None; whether none fits,
-        proved): proved, None is the answer."""
+        proved): proved, None is the answer.  Each plan found is added to
+        `seen`, where given."""
         while True:
             found: list = []    # the row a rounded plan overflowed, before dividing
 
@@ -869,6 +912,8 @@ class Search(_Memory, _Rematerializing):
         if best is not None and deadline - time.perf_counter() < problem.lp_seconds:
             problem.out_of_time = True    # its root alone would not end in time
             return best
+        if seen is not None and best is not None:
+            seen.append(best)
         try:
             solved = problem.solve(rows, budget, max(1e-9, deadline - time.perf_counter()),
                                    start=start)
@@ -876,6 +921,8 @@ class Search(_Memory, _Rematerializing):
             if best is None:
                 raise
             return best
+        if seen is not None and solved is not None:
+            seen.append(solved)
         # Stopped by its time limit, the 0-1 program may return a plan dearer
         # than the relaxation's rounding (Mixtral's step at 80 GiB: 1,076 GiB
         # moved against 40 GiB), and both satisfy the rows.
@@ -890,23 +937,26 @@ class Search(_Memory, _Rematerializing):
         points = sorted({t for *_, b, l in memory for t in (b, l)})
         _, strategies, _ = self._smallest_peak(problem, memory, points, self._cuts, time_limit)
         if not strategies:
-            raise SearchTimeLimit(f"the solver found no plan of least memory within its time "
-                                  f"limit of {time_limit:g} s; give the search more time "
-                                  "(time-limit)")
+            raise SearchTimeLimit("the solver found no plan of least memory within the time "
+                                  "limit; give the search more time (time-limit)")
         objective = self._objective(strategies)
         return self._plan(strategies, objective, points, started)
 
     def _objective(self, strategies: list[int]) -> float:
         """What a plan moves, by the search's own prices."""
-        problem, memory, tie_break = self._problem()
+        _, memory, tie_break = self._problem()
+        return max(0.0, self._program_objective(strategies) / self.objective_scale - tie_break
+                   * sum(per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
+
+    def _program_objective(self, strategies: list[int]) -> float:
+        """The 0-1 program's objective at a plan (scaled, tie-break included)."""
+        problem, _, _ = self._problem()
         linear, blocks = problem.parts
         total = sum(linear[unit][strategies[unit]] for unit in range(len(self.units))
                     if math.isfinite(linear[unit][strategies[unit]]))
         chosen = dict(zip(self.variable_classes, strategies))
-        total += sum(matrix[chosen[a], chosen[b]] for (a, b), matrix in blocks.items()
-                     if math.isfinite(matrix[chosen[a], chosen[b]]))
-        return max(0.0, total / self.objective_scale - tie_break * sum(
-            per_device[strategies[unit]] for _v, unit, per_device, _b, _l in memory))
+        return total + sum(matrix[chosen[a], chosen[b]] for (a, b), matrix in blocks.items()
+                           if math.isfinite(matrix[chosen[a], chosen[b]]))
 
     def _plan(self, strategies: list[int], objective: float, points, started: float) -> Plan:
         problem, memory, _ = self._problem()

@@ -21,6 +21,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 
 import click
 
@@ -160,6 +161,7 @@ def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, ba
     from stablehlo_spmd.passes.annotate import AnnotatePass
     from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module, format_table
 
+    started = time.perf_counter()    # the time limit counts parsing too, as the API's does
     with _parsed(input_file) as (filename, module, engine):
         ok = True
         if rules or mesh:
@@ -170,7 +172,7 @@ def auto_shard_command(input_file: str, mesh: str | None, memory_budget: str, ba
             hardware=hardware, flops=flops,
             explain=explain, time_limit=time_limit,
             target=target or default_target(_mesh_or_none(mesh))), check,
-            measure_always=bool(measure_memory)) \
+            measure_always=bool(measure_memory), started=started) \
             if ok and not engine.errors else None
         output = print_module(module.operation) if result is not None else None
     for diagnostic in engine.diagnostics:

@@ -102,6 +102,24 @@ def test_a_budget_no_plan_fits_holding_every_residual_is_met_by_recomputing():
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
+def test_a_budget_only_the_least_memory_plan_fits_is_met():
+    """At 30% of the cheapest plan's peak, recomputing every layer, the
+    memory rows (which bound a plan from above) cut off every plan, and the
+    least-memory search finds one that fits: that plan is the answer, not a
+    refusal naming a smaller peak than the budget.  Under the memory
+    floor, the refusal names the floor and the least plan found."""
+    params, x = _arguments()
+    text = ss.export(residual_mlp.step, params, x)
+    free, _, _ = _planned(text, "")
+    budget = int(0.3 * free.plan.peak_memory)
+    result, errors, _ = _planned(text, str(budget))
+    assert not errors
+    assert result.plan.recomputations and result.plan.peak_memory <= budget
+    _, errors, _ = _planned(text, str(int(0.15 * free.plan.peak_memory)))
+    assert len(errors) == 1
+    assert "even recomputing" in errors[0] and "no plan holds less than" in errors[0]
+
+
 def test_a_search_that_may_not_recompute_refuses_the_same_budget():
     params, x = _arguments()
     text = ss.export(residual_mlp.step, params, x)
@@ -116,3 +134,4 @@ def test_a_search_that_may_not_recompute_refuses_the_same_budget():
                         recompute=False)
     with pytest.raises(ss.SpmdError, match="no plan fits"):
         search.solve(budget)
+
