@@ -50,6 +50,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -262,6 +263,22 @@ def _segment(nodes, shapes, reads, tied: set[int], first: int, end: int,
     return Segment(first, end, hash(tuple(signature)), tuple(residuals), forward_last)
 
 
+class SitePrices(NamedTuple):
+    """What a plan costs where each node runs (`_Rematerializing._site_prices`).
+
+    `per_node`: node -> (price, bytes): its own sums and arithmetic, and the
+    moves made where it runs.  `summed`: (node, value) -> (price, bytes) of
+    the moves among those that only sum a pending partial value (the same
+    dims split, the unreduced axes reduced).  A recomputation does not pay
+    those again for a value it holds: the partitioner sums a partial once,
+    where propagation settles it, and the barrier carries the sum (a
+    residual stream's all-reduce, which a Megatron layer's recomputed
+    forward starts from)."""
+
+    per_node: dict[int, tuple[float, float]]
+    summed: dict[tuple[int, int], tuple[float, float]]
+
+
 class _Rematerializing:
     """The part of `Search` that decides what to recompute, where no plan fits
     the budget holding every residual: which layer classes (`Layers.classes`),
@@ -314,18 +331,17 @@ class _Rematerializing:
         self.held_until = held
         self._memory_built = None
 
-    def _site_prices(self, strategies: list[int]) -> dict[int, tuple[float, float]]:
-        """Per node, (price, bytes) of what it costs under plan `strategies`: its
-        own sums and arithmetic, and the moves made where it runs, once per run
-        of the loops around it.  (The last
-        plan's are kept: one walk over every edge serves its recomputations
-        and its bytes.)"""
+    def _site_prices(self, strategies: list[int]) -> SitePrices:
+        """What each node costs under plan `strategies` (`SitePrices`), once per
+        run of the loops around it.  (The last plan's are kept: one walk over
+        every edge serves its recomputations and its bytes.)"""
         key = tuple(strategies)
         kept = getattr(self, "_site_prices_of", None)
         if kept is not None and kept[0] == key:
             return kept[1]
         nodes = self.graph.nodes
         prices: dict[int, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+        summed: dict[tuple[int, int], tuple[float, float]] = {}
         for index, strategy in self._chosen(strategies):
             entry = prices[index]
             repeats = nodes[index].repeats
@@ -341,21 +357,34 @@ class _Rematerializing:
                 continue
             else:
                 price = (self.cost(held, read, value), self.moved_bytes(held, read, value))
+            repeats = nodes[site].repeats
             entry = prices[site]
-            entry[0] += price[0] * nodes[site].repeats
-            entry[1] += price[1] * nodes[site].repeats
-        found = {index: (a, b) for index, (a, b) in prices.items()}
+            entry[0] += price[0] * repeats
+            entry[1] += price[1] * repeats
+            if held is not None and read is not None and held.unreduced and \
+                    not read.unreduced and held.dim_axes == read.dim_axes:
+                summed[site, value] = (price[0] * repeats, price[1] * repeats)
+        found = SitePrices({index: (a, b) for index, (a, b) in prices.items()}, summed)
         self._site_prices_of = (key, found)
         return found
 
     @staticmethod
-    def _rerun_price(recomputation: Recomputation, prices) -> tuple[float, float]:
+    def _rerun_price(recomputation: Recomputation, prices: SitePrices) -> tuple[float, float]:
+        """(price, bytes) of running `recomputation`'s nodes again: their own
+        costs and the moves made where they run, but not the sum of a pending
+        partial value it holds (`SitePrices.summed`)."""
         price = moved = 0.0
         for index in recomputation.nodes:
-            found = prices.get(index)
+            found = prices.per_node.get(index)
             if found is not None:
                 price += found[0]
                 moved += found[1]
+        for value in recomputation.held:
+            for index in recomputation.nodes:
+                found = prices.summed.get((index, value))
+                if found is not None:
+                    price -= found[0]
+                    moved -= found[1]
         return price, moved
 
     def _held_bytes(self, value: int, strategies: list[int] | None) -> float:
@@ -376,7 +405,7 @@ class _Rematerializing:
         layers = self._layers()
         last_read = {v: rs[-1] for v, rs in layers.reads.items()}
         reference = self._cheapest_strategies(deadline)
-        prices = self._site_prices(reference) if reference is not None else {}
+        prices = self._site_prices(reference) if reference is not None else SitePrices({}, {})
         options = {}   # (class, policy) -> (recomputations in forward order, price of one)
         for signature, members in layers.classes.items():
             for policy in POLICIES:

@@ -986,7 +986,7 @@ class Search(_Memory, _Rematerializing):
     def _plan_bytes(self, strategies: list[int]) -> float:
         """The bytes per device the plan's collectives deliver: `_edges` on its
         strategies alone, priced in bytes (the objective is, where it is bytes)."""
-        return float(sum(moved for _, moved in self._site_prices(strategies).values()))
+        return float(sum(moved for _, moved in self._site_prices(strategies).per_node.values()))
 
     def _smallest_peak(self, problem: _Milp, memory, points, cuts: list[int],
                        time_limit: float) -> tuple[float, list[int], float]:

@@ -135,3 +135,33 @@ def test_a_search_that_may_not_recompute_refuses_the_same_budget():
     with pytest.raises(ss.SpmdError, match="no plan fits"):
         search.solve(budget)
 
+
+def test_a_recomputation_is_priced_at_what_the_partitioner_emits_for_it(monkeypatch):
+    """Each layer's weights split over both axes, its last product partial
+    over ``data`` until the residual add sums it: under a budget that makes
+    the search recompute every layer, the recomputed forward gathers the
+    layer's two weights again behind its barrier.  The copy whose segment
+    starts at the previous layer's residual add reads the sum the forward
+    made, which its barrier carries: it pays no second all-reduce.  The
+    search's price of the recomputations is what the partitioned program
+    moves beyond the same plan written without them."""
+    from benchmark_modules import benchmark_module
+
+    params, x = residual_mlp.arguments(LAYERS, 2048, 512, 2048)
+    text = ss.export(residual_mlp.step, params, x)
+    free, errors, _ = _planned(text, "", mesh="data=4,model=2")
+    assert not errors
+    budget = str(int(0.6 * free.plan.peak_memory))
+    result, errors, planned = _planned(text, budget, mesh="data=4,model=2")
+    assert not errors and len(result.plan.recomputations) == LAYERS
+    monkeypatch.setattr("stablehlo_spmd.passes.auto_shard.rematerialize",
+                        lambda graph, recomputations: None)
+    again, errors, unrecomputed = _planned(text, budget, mesh="data=4,model=2")
+    assert not errors and again.plan.recomputations == result.plan.recomputations
+    assert "optimization_barrier" not in unrecomputed
+    with benchmark_module("hlo_collectives") as counter, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        moved = [counter.total_bytes(counter.emitted_collectives(ss.partition(program), 8))
+                 for program in (planned, unrecomputed)]
+    assert result.plan.recompute_cost > 0
+    assert moved[0] - moved[1] == pytest.approx(result.plan.recompute_cost, rel=0.01)
