@@ -45,6 +45,7 @@ loop).
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import math
@@ -236,12 +237,13 @@ def _boundaries(nodes, produced, reads, nbytes, arguments, boundary: int) -> lis
     # `CUT_SLACK`), the least of those that tie.  The forward's tail (a loss
     # reduced to scalars) cuts smaller, but once.
     ordered = sorted(minima, key=lambda t: cut[t])
-    best: list[int] = []
-    for first, t in enumerate(ordered):
-        group = [u for u in ordered[first:] if cut[u] <= cut[t] * (1 + CUT_SLACK)]
-        if len(group) > len(best):
-            best = group
-    return sorted(best)
+    sizes = [cut[t] for t in ordered]
+    best = (0, 0)   # the run of `ordered` within CUT_SLACK of its first, longest
+    for first, size in enumerate(sizes):
+        end = bisect.bisect_right(sizes, size * (1 + CUT_SLACK), lo=first)
+        if end - first > best[1] - best[0]:
+            best = (first, end)
+    return sorted(ordered[best[0]:best[1]])
 
 
 def _segment(nodes, shapes, reads, tied: set[int], first: int, end: int,
