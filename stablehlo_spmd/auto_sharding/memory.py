@@ -74,7 +74,9 @@ class _Memory:
             for value in node.operands:
                 if value != NO_VALUE:
                     span = spans.setdefault(value, [index, index])
-                    span[1] = max(span[1], self._held_to(node, index, span[0]))
+                    held = self._held_to(node, index, span[0]) if node.loops else index
+                    if held > span[1]:
+                        span[1] = held
         # Each argument and each result is its own buffer for the whole
         # program (a step's updated parameter is tied to the parameter, but
         # without donation XLA holds both); a class's other values live in them.
@@ -131,9 +133,9 @@ class _Memory:
             if found is None:
                 continue
             unit, layouts = found
+            shards = self._root_shards(root, layouts)
             if held_throughout[root]:
-                per_device = np.array([self.nbytes[root] / _shards(self.layouts, l)
-                                       for l in layouts])
+                per_device = self.nbytes[root] / shards
                 for birth in births[root]:
                     self.live_out.append((len(terms), birth))
                     terms.append((root, unit, per_device, 0, end))
@@ -141,11 +143,10 @@ class _Memory:
                              * (held_throughout[root] - len(births[root])))
                 continue
             for start, last, values in _merged(members[root]):
-                if not absorbed.isdisjoint(values) or self._fused(values, producer_of):
+                if not absorbed.isdisjoint(values) or self._fused_once(values, producer_of):
                     continue
                 wide = self.computed_nbytes[root]
                 held = wide if self._computed_wide(values) else self.nbytes[root]
-                shards = np.array([_shards(self.layouts, l) for l in layouts])
                 if held < wide and last > start and \
                         self._computes_wide(producer_of.get(values[0], -1)):
                     # A product rounded narrow is written wide, and rounded
@@ -509,6 +510,26 @@ class _Memory:
         `position`, in the layout the strategy reads it in."""
         return np.array([nbytes / _shards(self.layouts, s.operands[position])
                          for s in self.node_strategy[index]])
+
+    def _root_shards(self, root: int, layouts) -> np.ndarray:
+        """How many pieces each of a class's layouts splits it into (kept per
+        class, as `_fused_once` keeps its answers)."""
+        kept = self.__dict__.setdefault("_shards_of_root", {})
+        found = kept.get(root)
+        if found is None:
+            found = kept[root] = np.array([_shards(self.layouts, l) for l in layouts],
+                                          dtype=float)
+        return found
+
+    def _fused_once(self, buffer: list[int], producer_of: dict[int, int]) -> bool:
+        """`_fused`, kept per buffer: it reads only the graph, and the memory
+        terms are made again for each set of recomputations tried."""
+        kept = self.__dict__.setdefault("_fused_buffers", {})
+        key = tuple(buffer)
+        found = kept.get(key)
+        if found is None:
+            found = kept[key] = self._fused(buffer, producer_of)
+        return found
 
     def _fused(self, buffer: list[int], producer_of: dict[int, int]) -> bool:
         """Whether XLA's loop fusion computes the values of `buffer` (tied

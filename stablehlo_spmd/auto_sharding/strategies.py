@@ -103,10 +103,7 @@ def contraction_flops(rule: OpRule) -> float:
 
 def _is_contraction(rule: OpRule) -> bool:
     """Two operands share a REDUCTION factor: a dot or a convolution."""
-    reduction = {f for f, kind in enumerate(rule.factor_kinds) if kind is FactorKind.REDUCTION}
-    holders = sum(1 for tensor in rule.operands
-                  if any(f in reduction for dim in tensor for f in dim))
-    return holders >= 2
+    return rule.is_contraction
 
 
 class _Strategies:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from typing import Callable, Iterable, NamedTuple, Sequence
 
 from jaxlib.mlir import ir
@@ -110,6 +111,16 @@ class OpRule:
     @property
     def num_factors(self) -> int:
         return len(self.factor_sizes)
+
+    @functools.cached_property
+    def is_contraction(self) -> bool:
+        """Two operands share a REDUCTION factor: a dot or a convolution.  (Kept:
+        the search asks it of every node, again for each memory model it builds.)"""
+        reduction = {f for f, kind in enumerate(self.factor_kinds)
+                     if kind is FactorKind.REDUCTION}
+        holders = sum(1 for tensor in self.operands
+                      if any(f in reduction for dim in tensor for f in dim))
+        return holders >= 2
 
     __hash__ = kept_hash
     __getstate__ = state_without_hash
