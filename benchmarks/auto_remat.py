@@ -13,7 +13,7 @@ search's memory floor says so), so a plan must recompute.
 1. auto: the user's call, ``ss.auto_shard(text, mesh, memory_budget=budget,
    hardware=HARDWARE)``, timed (the rest as its defaults); its plan
    partitioned, its collectives counted as emitted
-   (`hlo_collectives.emitted_collectives`, loop bodies by trip count) and
+   (`collective_bytes.emitted_collectives`, loop bodies by trip count) and
    compiled for XLA's memory analysis.  The search's own figures (estimated
    step seconds on the profile, memory) come from the same pass run again.
 2. hand plans: the same model written as MaxText writes it (scale.py's
@@ -49,7 +49,7 @@ import time  # noqa: E402
 import warnings  # noqa: E402
 
 import scale  # noqa: E402  (keeps XLA_FLAGS as it found them)
-from hlo_collectives import emitted_collectives, total_bytes  # noqa: E402
+from stablehlo_spmd.collective_bytes import emitted_collectives, total_bytes  # noqa: E402
 
 GiB = 2**30
 DEVICES = 64

@@ -16,7 +16,7 @@ Each config, in a process of its own (XLA reads the host device count once):
 
 1. hand plans: scale.py's rule sets (``megatron``, ``2d``; ``fsdp`` over
    every device where the batch divides), each ``ss.partition``ed, its
-   collectives counted as emitted (`hlo_collectives.emitted_collectives`,
+   collectives counted as emitted (`collective_bytes.emitted_collectives`,
    each by the array it delivers, in the program's dtypes), then compiled
    and measured by XLA's memory analysis (arguments + outputs +
    temporaries, per device; `runtime.memory_per_device`: the buffers of
@@ -64,7 +64,7 @@ import time  # noqa: E402
 import warnings  # noqa: E402
 
 import scale  # noqa: E402  (keeps XLA_FLAGS as it found them)
-from hlo_collectives import emitted_collectives, fmt_bytes, total_bytes  # noqa: E402
+from stablehlo_spmd.collective_bytes import emitted_collectives, fmt_bytes, total_bytes  # noqa: E402
 from report import revision  # noqa: E402
 
 GiB = 2**30

@@ -10,7 +10,7 @@ models, forward and training step).  Each program is partitioned under
 every hand-written rule set real_models.py uses for its model (Megatron,
 FSDP, 2-D, data parallel, spatial, expert; their own meshes), and each
 plan is compiled and measured: collective bytes per device counted in the
-compiled HLO by benchmarks/hlo_collectives.py (the counter compare_xla.py
+compiled HLO by stablehlo_spmd/collective_bytes.py (the counter compare_xla.py
 uses for both sides), and per-device memory by XLA's own memory analysis
 (arguments + outputs + temporaries).  Two budgets are taken from them: the
 largest and the smallest hand-plan memory.  At each, ``ss.auto_shard`` plans
@@ -43,7 +43,7 @@ import time  # noqa: E402
 import warnings  # noqa: E402
 
 from compare_xla import REPORT_DIR, ROOT, run_info  # noqa: E402  (sets XLA_FLAGS first)
-from hlo_collectives import collectives, fmt_bytes, total_bytes  # noqa: E402
+from stablehlo_spmd.collective_bytes import collectives, fmt_bytes, total_bytes  # noqa: E402
 from real_models import RULE_SETS, SEED, _arguments, _models, _programs  # noqa: E402
 
 import jax  # noqa: E402

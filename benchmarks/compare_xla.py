@@ -37,7 +37,7 @@ each workload:
    uneven layout back onto a NamedSharding otherwise).
 3. Collectives are counted in each compiled program's optimized HLO (ours:
    ``Executable.compiled_text()``; XLA: ``compiled.as_text()``) with one
-   counter, benchmarks/hlo_collectives.py: per kind, an async
+   counter, stablehlo_spmd/collective_bytes.py: per kind, an async
    ``-start``/``-done`` pair once, a combined (tuple-shaped) collective by all
    its operands, bytes per device by DESIGN.md's cost table with the group
    size read from ``replica_groups`` (see that module for the formulas).
@@ -99,7 +99,7 @@ from typing import Any, Callable  # noqa: E402
 import jax  # noqa: E402  (after XLA_FLAGS)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from hlo_collectives import collectives, emitted_collectives  # noqa: E402  (beside this script)
+from stablehlo_spmd.collective_bytes import collectives, emitted_collectives  # noqa: E402
 from report import (  # noqa: E402  (benchmarks/report.py, beside this script)
     Memory, PassTimes, Row, RunInfo, print_text, revision, write_report)
 

@@ -80,7 +80,7 @@ from typing import Any, Callable  # noqa: E402
 
 # compare_xla sets XLA_FLAGS (8 host devices) and JAX_PLATFORMS before it imports jax.
 from compare_xla import DEVICES, REPORT_DIR, ROOT, Workload, run_info, run_workload  # noqa: E402
-from hlo_collectives import fmt_bytes  # noqa: E402
+from stablehlo_spmd.collective_bytes import fmt_bytes  # noqa: E402
 from report import (  # noqa: E402
     UNMATCHED, ProgramResult, failure_lines, measured_cells, ratio, ratio_value)
 

@@ -1,7 +1,7 @@
 """The measurement records of benchmarks/compare_xla.py and the reports made from them.
 
 Plain data and text only (no jax), so the writers can be tested on made-up
-records; the collective records and their costs are benchmarks/hlo_collectives.py's:
+records; the collective records and their costs are stablehlo_spmd/collective_bytes.py's:
 
 * `print_text`: the plain-text tables compare_xla.py prints;
 * `markdown` / `write_markdown`: benchmarks/results/latest.md;
@@ -19,7 +19,7 @@ import pathlib
 import sys
 from typing import Any, Callable
 
-from hlo_collectives import (  # benchmarks/hlo_collectives.py, beside this module
+from stablehlo_spmd.collective_bytes import (
     COLLECTIVE_KINDS, Collective, executions, fmt_bytes, total_bytes)
 
 SHORT = {"all-reduce": "AR", "all-gather": "AG", "reduce-scatter": "RS", "all-to-all": "A2A",

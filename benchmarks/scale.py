@@ -52,7 +52,7 @@ Each cell is (model, depth, rule set, mesh, program):
   keras-hub's own decoder layer, the body under no remat (``scan``),
   ``jax.checkpoint`` saving nothing (``scan-full``, MaxText's default) or
   saving the projections (``scan-minimal``).  A loop body's collectives
-  count once per layer (hlo_collectives counts by trip count), and the
+  count once per layer (collective_bytes counts by trip count), and the
   bound of a form that recomputes (``remat``, ``scan-full``) adds the
   recomputed forward's tensor-parallel sums.
 
@@ -60,9 +60,9 @@ For each cell, in a subprocess of its own (XLA reads the host device count
 once, when jax starts; ``--jobs`` runs several at once):
 
 1. ours: ``ss.partition`` (timed), its collectives counted as emitted
-   (`hlo_collectives.emitted_collectives`), then
+   (`collective_bytes.emitted_collectives`), then
    ``stablehlo_spmd.runtime.compile`` (timed) and its compiled HLO counted
-   by `hlo_collectives.collectives`, memory by XLA's memory analysis
+   by `collective_bytes.collectives`, memory by XLA's memory analysis
    (arguments + outputs + temporaries, per device);
 2. XLA: ``jax.jit`` with the ``NamedSharding``s the same rules give
    (compare_xla.py's `_rule_specs`, read back from ``ss.annotate``; a result
@@ -75,7 +75,7 @@ once, when jax starts; ``--jobs`` runs several at once):
    it out (its search can run for its whole time limit, 60 s);
 4. bound: `bound`, a hand count of the bytes the rules force, from the
    parameter shapes, the rules, the mesh and the batch alone (not from
-   anybody's output), priced with hlo_collectives' cost table (all-gather
+   anybody's output), priced with collective_bytes' cost table (all-gather
    S_out(p-1)/p, reduce-scatter S_in(p-1)/p, all-reduce 2 S_in(p-1)/p):
    - a weight split on a batch axis (FSDP) is all-gathered over those axes
      before its forward use and again before its backward use (the
@@ -167,7 +167,7 @@ from typing import Any, Callable  # noqa: E402
 # it); a cell sets its own count, so whatever was there before is put back.
 _FLAGS_BEFORE = os.environ.get("XLA_FLAGS")
 from compare_xla import REPORT_DIR, ROOT, _jax_mesh, _rule_specs, _with_none_leaves  # noqa: E402
-from hlo_collectives import (  # noqa: E402
+from stablehlo_spmd.collective_bytes import (  # noqa: E402
     collective_cost, collectives, emitted_collectives, fmt_bytes, total_bytes)
 from real_models import (  # noqa: E402
     ATTENTION_OUT, BATCH_NAMES, EMBEDDING, MLP_IN, MLP_OUT, POSITIONS, QKV,
@@ -1317,7 +1317,7 @@ def markdown(results: list[CellResult], header: dict) -> str:
         + "; ".join(f"{name or 'no suffix'}: {text}" for name, text in FORMS.items())
         + ". A loop body's collectives count once per iteration (its trip count).",
         "",
-        "Bytes are per device in GB (1e9), counted by benchmarks/hlo_collectives.py. `ours`, "
+        "Bytes are per device in GB (1e9), counted by stablehlo_spmd/collective_bytes.py. `ours`, "
         "`XLA`, `auto`: in each compiled program's HLO. XLA's CPU backend carries out every "
         "bf16 collective in f32 (none is left in bf16 in any compiled program here), so these "
         "count bf16 traffic twice, on every side alike; `bound CPU` is the bound priced the "

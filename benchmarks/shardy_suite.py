@@ -512,7 +512,7 @@ def _bytes_both_ways(text: str, chunk: Chunk) -> tuple[float, float] | None:
     import warnings
 
     import stablehlo_spmd as ss
-    from hlo_collectives import emitted_collectives, total_bytes
+    from stablehlo_spmd.collective_bytes import emitted_collectives, total_bytes
     devices = max(1, _devices_in_text(text))
     moved = []
     for engine in ("spmd", "shardy"):

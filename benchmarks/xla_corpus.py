@@ -36,7 +36,7 @@ HLO module in it:
    on the same inputs: if it differs from one device too, the inputs broke a
    promise of the module (overlapping ``unique_indices``, say) and the
    module counts as "unrun", not as our mismatch.
-6. Bytes: both compiled programs counted by benchmarks/hlo_collectives.py;
+6. Bytes: both compiled programs counted by stablehlo_spmd/collective_bytes.py;
    ours also as emitted (our StableHLO before XLA compiles it).
 
 Each module runs in a worker process with a time limit, so a crash or a
@@ -70,8 +70,8 @@ import sys
 import time
 from multiprocessing.connection import wait
 
-from hlo_collectives import fmt_bytes as _fmt
-from hlo_collectives import instructions
+from stablehlo_spmd.collective_bytes import fmt_bytes as _fmt
+from stablehlo_spmd.collective_bytes import instructions
 from report import revision
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -327,7 +327,7 @@ def run_module(module: CorpusModule, phase=lambda name, measured: None, seed: in
     import warnings
 
     import stablehlo_spmd as ss
-    from hlo_collectives import collectives, emitted_collectives, total_bytes
+    from stablehlo_spmd.collective_bytes import collectives, emitted_collectives, total_bytes
     from stablehlo_spmd import runtime
     from stablehlo_spmd.errors import SpmdError
 
@@ -697,7 +697,7 @@ def markdown(results: list[dict], summary: Summary, command: str, source: str,
         "Each HLO module of the file on at most 8 devices, converted by jaxlib's HLO -> "
         "StableHLO converter, partitioned by this project (propagate, partition) and by "
         "XLA's GSPMD partitioner from the same shardings; both compiled programs' "
-        "collectives counted by benchmarks/hlo_collectives.py (bytes per device, DESIGN.md's "
+        "collectives counted by stablehlo_spmd/collective_bytes.py (bytes per device, DESIGN.md's "
         "cost table). Ours is checked against one device on random inputs. See "
         "benchmarks/xla_corpus.py for the steps and the statuses.",
         "",

@@ -10,7 +10,7 @@ the condition, or in a carry the body passes on unchanged), and grows by a
 constant 1 each iteration.  Any other loop's count is unknown here.
 
 The search prices a loop body's moves once per iteration by it, and
-benchmarks/hlo_collectives.py counts a body's collectives by it.
+stablehlo_spmd/collective_bytes.py counts a body's collectives by it.
 """
 
 from __future__ import annotations

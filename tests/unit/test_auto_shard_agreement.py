@@ -4,7 +4,7 @@ The search chooses among plans by its own estimate, so a plan priced below
 what the partitioner emits for it can win over one that is really cheaper.
 Here the estimate of each plan (`Plan.cost`) is compared with the
 collectives of the partitioned program, counted by the benchmarks' counter
-(`hlo_collectives.emitted_collectives`, each by the array it delivers), on
+(`collective_bytes.emitted_collectives`, each by the array it delivers), on
 small training steps that use the partitioner's own shortcuts: a widening
 convert whose value is moved in the narrow type or made again from it, and a
 value several ops read, moved once for all of them.  And the estimate of
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import pytest
 
 import stablehlo_spmd as ss
-from benchmark_modules import benchmark_module
+from stablehlo_spmd import collective_bytes as counter
 from stablehlo_spmd import diagnostics, runtime
 from stablehlo_spmd.ir import make_context, parse_module, print_module
 from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module
@@ -110,11 +110,10 @@ def test_the_estimate_is_what_the_partitioner_emits(name, mesh, hardware):
     """In bytes, the plan's price; in seconds on a profile, the bytes it
     reports beside them (a move the seconds priced at nothing, a block
     handed between devices, once made such plans move 9 times the bytes)."""
-    with benchmark_module("hlo_collectives") as counter:
-        planned, plan = _planned(PROGRAMS[name], mesh, hardware)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            partitioned = ss.partition(planned)
+    planned, plan = _planned(PROGRAMS[name], mesh, hardware)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        partitioned = ss.partition(planned)
         emitted = counter.total_bytes(counter.emitted_collectives(partitioned, 8))
     assert emitted > 0
     estimate = plan.moved_bytes if hardware else plan.cost
@@ -132,10 +131,9 @@ def test_the_memory_estimate_is_near_xlas_analysis(name):
 
 def _estimate_and_emitted(text: str, mesh: str, devices: int) -> tuple[float, float]:
     """The search's price of its plan for `text`, and the bytes partitioned."""
-    with benchmark_module("hlo_collectives") as counter:
-        planned, plan = _planned(text, mesh)
-        return plan.cost, counter.total_bytes(
-            counter.emitted_collectives(ss.partition(planned), devices))
+    planned, plan = _planned(text, mesh)
+    return plan.cost, counter.total_bytes(
+        counter.emitted_collectives(ss.partition(planned), devices))
 
 
 WIDENED_READ_TWICE = """

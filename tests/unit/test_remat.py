@@ -17,6 +17,7 @@ import residual_mlp
 import stablehlo_spmd as ss
 from stablehlo_spmd import diagnostics
 from stablehlo_spmd.auto_sharding.remat import find_layers
+from stablehlo_spmd.collective_bytes import emitted_collectives, total_bytes
 from stablehlo_spmd.ir import make_context, parse_module, print_module
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module, format_table
@@ -145,8 +146,6 @@ def test_a_recomputation_is_priced_at_what_the_partitioner_emits_for_it(monkeypa
     made, which its barrier carries: it pays no second all-reduce.  The
     search's price of the recomputations is what the partitioned program
     moves beyond the same plan written without them."""
-    from benchmark_modules import benchmark_module
-
     params, x = residual_mlp.arguments(LAYERS, 2048, 512, 2048)
     text = ss.export(residual_mlp.step, params, x)
     free, errors, _ = _planned(text, "", mesh="data=4,model=2")
@@ -159,9 +158,9 @@ def test_a_recomputation_is_priced_at_what_the_partitioner_emits_for_it(monkeypa
     again, errors, unrecomputed = _planned(text, budget, mesh="data=4,model=2")
     assert not errors and again.plan.recomputations == result.plan.recomputations
     assert "optimization_barrier" not in unrecomputed
-    with benchmark_module("hlo_collectives") as counter, warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        moved = [counter.total_bytes(counter.emitted_collectives(ss.partition(program), 8))
+        moved = [total_bytes(emitted_collectives(ss.partition(program), 8))
                  for program in (planned, unrecomputed)]
     assert result.plan.recompute_cost > 0
     assert moved[0] - moved[1] == pytest.approx(result.plan.recompute_cost, rel=0.01)

@@ -193,7 +193,7 @@ def test_unreadable_corpus_is_a_located_error(tmp_path):
 
 
 def test_bytes_by_instruction_reads_through_inlined_calls(corpus):
-    from hlo_collectives import Collective
+    from stablehlo_spmd.collective_bytes import Collective
 
     found = [Collective("all-reduce", "f32[2]", 2, 8.0, "call.1/dot.89"),
              Collective("all-gather", "f32[2]", 2, 4.0, "dot.89"),

@@ -1,4 +1,4 @@
-"""benchmarks/hlo_collectives.py: collectives and their bytes per device, read from HLO text
+"""stablehlo_spmd/collective_bytes.py: collectives and their bytes per device, read from HLO text
 and from partitioned StableHLO.
 
 Every expected byte count is worked out by hand in the comment beside it from
@@ -10,12 +10,12 @@ p: the group size): all_gather T(p−1)/p, all_to_all T(p−1)/p², all_reduce
 import pytest
 
 from benchmark_modules import benchmark_module
+from stablehlo_spmd import collective_bytes
 
 
 @pytest.fixture(scope="module")
 def hc():
-    with benchmark_module("hlo_collectives") as module:
-        yield module
+    return collective_bytes
 
 
 def _module(*lines):

@@ -3,7 +3,9 @@
 One counter for both sides of every comparison in benchmarks/: the same
 costs whether a collective is read from XLA's optimized HLO text
 (`collectives`) or from a partitioned StableHLO module before XLA compiles
-it (`emitted_collectives`).
+it (`emitted_collectives`, or `module_collectives` on a parsed one).
+``spmd-propagate`` counts by it too, to keep whichever completion moves
+fewer bytes (`passes.propagate`).
 
 Costs per device follow the resharding table of DESIGN.md, whose T is the
 bytes of the tensor the group covers; in a partitioned program every shape
@@ -38,8 +40,8 @@ async wrappers, ``func.call``) counts at each call site, as often as its
 caller runs; a computation nothing reaches from the entry is not counted
 (XLA's reduction bodies, dead private functions).
 
-Plain text and regular expressions only, except `emitted_collectives`, which
-reads the module with jaxlib's MLIR bindings.
+Plain text and regular expressions only, except `emitted_collectives` and
+`module_collectives`, which read the module with jaxlib's MLIR bindings.
 """
 
 from __future__ import annotations
@@ -501,7 +503,12 @@ def emitted_collectives(module_text: str, devices: int) -> CollectiveList:
     from stablehlo_spmd.ir import make_context, parse_module
 
     with make_context() as context:
-        module = parse_module(module_text, "<partitioned>", context)
-        program = _StableHloProgram(module, devices)
-        found = [c for entry in program.entries() for c in program.call(entry)]
+        return module_collectives(parse_module(module_text, "<partitioned>", context), devices)
+
+
+def module_collectives(module, devices: int) -> CollectiveList:
+    """`emitted_collectives` of a partitioned module already parsed (a
+    ``builtin.module`` operation)."""
+    program = _StableHloProgram(module, devices)
+    found = [c for entry in program.entries() for c in program.call(entry)]
     return CollectiveList(found, _unique(program.unknown_loops))
