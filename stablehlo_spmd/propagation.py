@@ -83,8 +83,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
+import math
 from typing import Iterable, Sequence
 
+from stablehlo_spmd import min_cut
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.op_graph import NO_VALUE, Node
 from stablehlo_spmd.op_rules import FactorKind, OpRule, UnreducedFlow, project_axes
@@ -145,9 +147,11 @@ class Propagator:
         # broadcast, on the stage's direction): a node none of whose values
         # changed since its last step has nothing new to say.
         # Partial bookkeeping: the roots (values where a partial sum was born)
-        # each partial value carries, and the roots chosen to be summed at once.
+        # each partial value carries, and the values chosen to be whole
+        # however partial their operands (`_choose_where_to_sum`).
         self.roots: list[frozenset[int]] = [frozenset()] * len(self.shapes)
-        self.sum_at_origin: set[int] = set()
+        self.kept_whole: set[int] = set()
+        self.partial_region: set[int] | None = None   # once chosen, the only partial values
         # Nodes where a candidate lost an axis (to another candidate, or to a
         # NEED_REPLICATION factor): the choices a local rule makes blind to
         # what follows (``spmd-propagate`` weighs them by the whole program).
@@ -229,47 +233,100 @@ class Propagator:
     # ------------------------------------------------- where partials are summed
 
     def _choose_where_to_sum(self) -> bool:
-        """Sum a partial at its birth when carrying it costs more than that.
+        """Sum each partial where that moves the fewest bytes, then settle again.
 
-        A partial that branches (or merges with others) may end up summed at
-        several places.  Roots that end up summed together form a group; if
-        summing the group's values where they are needed moves more bytes
-        than summing the group's roots where they are born (XLA's choice), the
-        roots are summed at birth.  (At equal cost the partial is kept: the
-        IR then shows where the sum is really needed.)  Returns True when anything
+        A partial value flows through the ops linear in it until an op
+        needs it whole; there it is summed.  Summing it earlier may move
+        fewer bytes: where it is born (XLA sums every dot's partial result
+        at once), or anywhere along the way, such as before a convert that
+        widens it (a bf16 gradient summed before the norm's backward turns
+        it to f32 moves half the bytes), or after several partials are
+        added into one (one sum for all of them).  Summing later may move
+        fewer too: after a reduction shrinks it.
+
+        Every value of the partial region is kept partial or made whole,
+        and a sum is paid for each partial value some reader needs whole
+        (`_sum_cut`): the cheapest such choice is a minimum cut
+        (`min_cut.sink_side`).  Values made whole stay whole
+        (`kept_whole`): their op reads its operands summed, or finishes its
+        own reduction.  Where cuts tie, values stay partial: the IR then
+        shows where the sum is really needed.  Returns True when anything
         changed and propagation must settle again.
         """
-        parent: dict[int, int] = {}
-
-        def find(root: int) -> int:
-            while parent.setdefault(root, root) != root:
-                parent[root] = parent[parent[root]]
-                root = parent[root]
-            return root
-
-        sites = self.sum_sites()
-        for value in sites:
-            roots = sorted(self.roots[value])
-            for other in roots[1:]:
-                parent[find(other)] = find(roots[0])
-        carried: dict[int, float] = collections.defaultdict(float)
-        at_birth: dict[int, float] = collections.defaultdict(float)
-        for value in sites:
-            if self.roots[value]:
-                carried[find(next(iter(self.roots[value])))] += self.sum_cost(value)
-        for root in {r for value in sites for r in self.roots[value]}:
-            at_birth[find(root)] += self.sum_cost(root)
-        groups = {group for group in carried if carried[group] > at_birth[group]}
-        chosen = {r for r in parent if find(r) in groups}
+        region = [v for v, state in enumerate(self.states) if state.unreduced]
+        if not region:
+            return False
+        edges, carried_to = self._sum_cut(region)
+        whole = min_cut.sink_side(edges)
+        # A value born partial that the ops linear in it all read summed
+        # costs the same summed at once: its op finishes the reduction, free
+        # to choose how (a reduce-scatter onto its result's split, say).
+        # (Read only by ops that need it whole, it stays partial, summed
+        # once where it is read.)
+        whole |= {("value", v) for v in region if v in self.roots[v] and carried_to[v] and all(
+            ("value", r) in whole for r in carried_to[v])}
+        chosen = {v for v in region if ("value", v) in whole and not self.states[v].pinned}
         if not chosen:
             return False
-        self.sum_at_origin |= chosen
-        for value, state in enumerate(self.states):
-            if self.roots[value] & chosen and not state.pinned:
-                state.unreduced, state.reduction = (), "sum"
-                self.roots[value] = frozenset()
-                self._dirty.update(self.users[value])
+        self.kept_whole |= chosen
+        # Settling again, a value whole so far stays whole: an op that read
+        # two partial operands (and summed both) may keep the one left
+        # partial, and carry it where no sum was priced.
+        self.partial_region = set(region) - chosen
+        for value in chosen:
+            state = self.states[value]
+            state.unreduced, state.reduction = (), "sum"
+            self.roots[value] = frozenset()
+            self._dirty.update(self.users[value])
         return True
+
+    def _sum_cut(self, region: list[int]):
+        """The flow network whose cheapest cut places the sums of `region`'s
+        partial values, as (tail, head, capacity) edges.
+
+        Value v is node ("value", v): on the source's side it stays
+        partial, on the sink's it is made whole.  Node ("summed", v) is its
+        sum, paid once however many readers take it (the edge between the
+        two costs `sum_cost`).  An op that keeps an operand partial keeps it
+        so only while its result is partial too (result -> operand, no cut
+        allowed), and a result made whole from a partial operand pays for
+        that operand's sum (sum -> result); a reader that needs the operand
+        whole always pays it (sum -> sink).  A value born partial is whole
+        only at the price of its own sum (source -> value): its op finishes
+        the reduction.  A user's partial value stays partial.  Also returns,
+        per partial value, the partial values it is carried into."""
+        states, edges = self.states, []
+        carried_to: dict[int, list[int]] = collections.defaultdict(list)
+        for value in region:
+            edges.append((("value", value), ("summed", value), self.sum_cost(value)))
+            if value in self.roots[value]:
+                edges.append((min_cut.SOURCE, ("value", value), self.sum_cost(value)))
+            if states[value].pinned:
+                edges.append((min_cut.SOURCE, ("value", value), math.inf))
+        for index, node in enumerate(self.nodes):
+            if node.is_tie:
+                a, b = node.operands[0], node.results[0]
+                for one, other in ((a, b), (b, a)):
+                    if one == NO_VALUE or not states[one].unreduced:
+                        continue
+                    if other != NO_VALUE and states[other].unreduced == states[one].unreduced:
+                        edges.append((("value", other), ("value", one), math.inf))
+                        carried_to[one].append(other)
+                    else:
+                        edges.append((("summed", one), min_cut.SINK, math.inf))
+                continue
+            results = [r for r in node.results if r != NO_VALUE and states[r].unreduced]
+            for position, operand in enumerate(node.operands):
+                if operand == NO_VALUE or not states[operand].unreduced:
+                    continue
+                if not self.accepts_unreduced(index, position):
+                    edges.append((("summed", operand), min_cut.SINK, math.inf))
+                    continue
+                for result in results:
+                    edges.append((("value", result), ("value", operand), math.inf))
+                    edges.append((("summed", operand), ("value", result), math.inf))
+                    carried_to[operand].append(result)
+        return edges, carried_to
 
     def sum_cost(self, value: int) -> float:
         """Bytes per device that summing `value`'s partial, as it is laid out, moves."""
@@ -555,7 +612,8 @@ class Propagator:
             if value == NO_VALUE:
                 continue
             state = self.states[value]
-            if state.pinned or (born and value in self.sum_at_origin):
+            if state.pinned or value in self.kept_whole or (
+                    self.partial_region is not None and value not in self.partial_region):
                 continue
             self.roots[value] = self.roots[value] | inherited | ({value} if born else frozenset())
             in_dims = {a for axes in state.dims for a in axes}

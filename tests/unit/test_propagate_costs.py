@@ -146,7 +146,7 @@ def _solve(element_bytes):
 
 def test_the_solver_sums_at_birth_given_element_bytes():
     propagator = _solve([2, 2, 2, 4, 4, 4])
-    assert propagator.sum_at_origin == {2}
+    assert propagator.kept_whole == {2, 3, 4}
     assert [propagator.sharding(v).unreduced for v in (2, 3, 4)] == [(), (), ()]
 
 
@@ -154,7 +154,7 @@ def test_the_solver_without_element_bytes_counts_elements_and_carries():
     # The constructor's old form: every element is one byte, so the 24
     # elements before tanh look cheaper than the 32 at the dot.
     propagator = _solve(None)
-    assert propagator.sum_at_origin == set()
+    assert propagator.kept_whole == set()
     assert [propagator.sharding(v).unreduced for v in (2, 3, 4)] == [X, X, X]
     assert propagator.sum_sites() == [4]
     assert propagator.sum_cost(4) == 24  # 2 * 24 * (2-1)/2
@@ -172,3 +172,38 @@ def test_sum_cost_counts_the_padding_of_uneven_shards():
 def test_element_bytes_must_cover_every_value():
     with pytest.raises(ValueError, match="1 element sizes for 2 values"):
         Propagator(MESH, [(4,), (4,)], [], element_bytes=[4])
+
+
+# ------------------------------------------------------ where partial sums go
+
+def _three_partial_products(a, b1, b2, b3):
+    import jax.numpy as jnp
+    return jnp.tanh((a @ b1 + a @ b2 + a @ b3).astype(jnp.float32))
+
+
+def test_partials_added_then_widened_are_summed_once_between():
+    """Three bf16 products, each partial over x, added, then widened to f32
+    for tanh.  Summing each at its dot moves 3 x 64 bytes, the f32 value
+    where tanh reads it 128, the bf16 sum of the three where they meet 64:
+    that is where it goes, and the program computes what one device does."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from stablehlo_spmd.collective_bytes import emitted_collectives, total_bytes
+
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.standard_normal((8, 16)), jnp.bfloat16)
+    bs = [jnp.asarray(rng.standard_normal((16, 4)) / 4, jnp.bfloat16) for _ in range(3)]
+    text = ss.export(_three_partial_products, a, *bs)
+    rules = [(r"^a$", (None, "x")), (r"^b\d$", ("x", None))]
+    partitioned = ss.partition(text, "x=2", rules)
+    found = emitted_collectives(partitioned, 2)
+    # An all-reduce of a bf16 [8,4] over 2 devices: 2 * 64 * (2-1)/2 bytes.
+    assert [(c.kind, c.shape) for c in found] == [("all-reduce", "bf16[8,4]")]
+    assert total_bytes(found) == 64
+    leaves = jax.tree_util.tree_leaves((a, *bs))
+    want = np.asarray(ss.run_single_device(text, leaves)[0])
+    got = np.asarray(ss.run(partitioned, leaves)[0])
+    # Each device rounds its partial products to bf16 before they are summed.
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)

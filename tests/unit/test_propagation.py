@@ -237,7 +237,7 @@ def test_partial_needed_in_two_places_is_summed_once_at_its_birth():
     # Two sums downstream cost twice the one at the dot.
     assert [unreduced(p, v) for v in (c, d1, d2, e1, e2)] == [()] * 5
     assert p.sum_sites() == []
-    assert p.sum_at_origin == {c}
+    assert p.kept_whole == {c, d1, d2}
 
 
 def test_one_partial_read_by_two_nonlinear_ops_is_one_sum_site():
@@ -599,3 +599,28 @@ def test_a_product_keeps_one_partial_operand_and_sums_the_other():
     multiply = 0
     assert p.accepts_unreduced(multiply, 0)
     assert not p.accepts_unreduced(multiply, 1)
+
+
+def test_a_partial_left_alone_once_its_partner_is_summed_stays_where_it_was_priced():
+    """m = A * C with A and C both partial: a product of two pending sums is
+    no sum of products, so both are summed where m reads them.  A also
+    reaches tanh through an 8-times-larger broadcast, so A is summed where it
+    is born.  Settling again must not let m, now reading one partial operand,
+    carry C's partial on into its own broadcast: that sum, 8 times C's, was
+    never priced."""
+    g = Graph()
+    a = g.pin(g.value(4, 8), (), X)
+    b = g.pin(g.value(8, 16), X, ())
+    c = g.pin(g.value(4, 8), (), X)
+    d = g.pin(g.value(8, 16), X, ())
+    big = factor_rule({"m": 4, "n": 16, "w": 8}, ["mn"], ["mnw"], unreduced=JOINT,
+                      linear_operands=(0,))
+    first, second = g.dot(a, b), g.dot(c, d)
+    g.elementwise("tanh", g.op("widen", big, first))
+    product = g.elementwise("multiply", first, second, unreduced=SEPARATE, linear=(0, 1))
+    g.elementwise("exp", g.op("widen", big, product))
+    p = g.solve()
+    assert unreduced(p, first) == () and unreduced(p, product) == ()
+    assert unreduced(p, second) == X
+    # One [4,16] all-reduce over 2 devices (2 * 64 * (2-1)/2) where m reads C.
+    assert p.sum_sites() == [second] and p.sum_cost(second) == 64
