@@ -133,8 +133,8 @@ class PropagatePass(ModulePass):
         try:
             with diagnostics.collecting(said):
                 settled = _complete(module, mesh, True, self.explain, self.origins)
-            if settled and not said.errors:
-                said = _fewer_bytes_moved(module, greedy, mesh, said, self.explain,
+            if settled is not None and not said.errors:
+                said = _fewer_bytes_moved(module, greedy, mesh, settled, said, self.explain,
                                           self.origins)
         finally:
             greedy.erase()
@@ -142,27 +142,28 @@ class PropagatePass(ModulePass):
 
 
 def _complete(module: ir.Operation, mesh: Mesh, settle: bool, explain: bool,
-              origins: bool) -> bool:
+              origins: bool) -> float | None:
     """Propagate through `module` and write every sharding; with `settle`, the
     greedy pass's contests settled by the whole program's cost.  Returns
-    whether the settling changed anything."""
+    `settle_contests`' price of what it settled, None where it changed nothing."""
     flat = call_graph.flatten(module)
     graph = ModuleGraph.build(module, mesh)
     if graph is None:
-        return False
+        return None
     graph.solver.run()
-    settled = settle and settle_contests(graph)
+    settled = settle_contests(graph) if settle else None
     graph.write(module, mesh, explain, origins)
     call_graph.merge(flat)
     return settled
 
 
 def _fewer_bytes_moved(settled: ir.Operation, greedy: ir.Operation, mesh: Mesh,
-                       said: diagnostics.DiagnosticEngine, explain: bool,
+                       price: float, said: diagnostics.DiagnosticEngine, explain: bool,
                        origins: bool) -> diagnostics.DiagnosticEngine:
     """Keep in `settled` whichever completion moves fewer bytes once
-    partitioned: its own, or the greedy pass's alone, run on `greedy` (the
-    module as it was before either).  Returns the diagnostics of the one kept.
+    partitioned: its own (the search priced it at `price`), or the greedy
+    pass's alone, run on `greedy` (the module as it was before either).
+    Returns the diagnostics of the one kept.
 
     The search prices moves as the reshard planner would make them, one
     value at a time; the partitioner also reuses a gathered value, sums a
@@ -173,13 +174,24 @@ def _fewer_bytes_moved(settled: ir.Operation, greedy: ir.Operation, mesh: Mesh,
     partitioned and counted, and the settled answer stands only where it
     moves no more.  (keras-hub GPT-2's FSDP training step at toy widths:
     settled 1.06 MiB, greedy 0.91 MiB as emitted, where the search priced
-    the greedy answer above the settled one.)"""
+    the greedy answer above the settled one.)
+
+    Where the greedy answer moves more than `SETTLED_PRICE_SLACK` times the
+    search's price of the settled one, the settled one is kept without
+    partitioning it too: that price has not fallen more than a few percent
+    below what a plan emits (2% at real widths, `benchmarks/auto_scale.py`;
+    above it by 2-50% on benchmarks/real_models.py's settled programs), and
+    partitioning takes a third of the pipeline's time (Llama-3-8B's 2-D
+    step at full depth: 2.8 s of 17 s with both partitioned)."""
     said_greedy = diagnostics.DiagnosticEngine()
     with diagnostics.collecting(said_greedy):
         _complete(greedy, mesh, False, explain, origins)
     if said_greedy.errors:
         return said
-    greedy_bytes, settled_bytes = _bytes_moved(greedy, mesh), _bytes_moved(settled, mesh)
+    greedy_bytes = _bytes_moved(greedy, mesh)
+    if greedy_bytes > SETTLED_PRICE_SLACK * price:
+        return said
+    settled_bytes = _bytes_moved(settled, mesh)
     if greedy_bytes >= settled_bytes:
         return said
     _take_contents(settled, greedy)
@@ -236,9 +248,12 @@ SETTLE_SECONDS = 30.0
 # 0.1M on a mesh of two axes; on data x fsdp x model it would price 6M, 4 min.
 SETTLE_PRICINGS = 1_000_000
 SETTLE_ROUNDS = 8
+# How far under the search's price a settled plan's partitioned bytes may be
+# trusted to stay (`_fewer_bytes_moved`).
+SETTLED_PRICE_SLACK = 1.25
 
 
-def settle_contests(graph: "ModuleGraph") -> bool:
+def settle_contests(graph: "ModuleGraph") -> float | None:
     """Where the greedy pass contested an axis, complete by the whole program's cost.
 
     Where two candidates wanted one mesh axis at a node, the greedy pass
@@ -261,14 +276,15 @@ def settle_contests(graph: "ModuleGraph") -> bool:
     joins them to layouts of its own with all-to-alls (keras-hub Llama's
     FSDP step at toy widths: 1.30 MB moved, against 0.86 MB for either
     answer alone).  `explain` names the search where a layout came from it.
-    Returns whether anything changed.
+    Returns the search's price of the plan it settled on (bytes per device),
+    or None where nothing changed.
     """
     solver = graph.solver
     if graph.mesh.size == 1 or not solver.contested or graph.manual or graph.groups \
             or any(pin.priorities for pin in graph.pins):
         # Shardy's priorities and sharding groups order the propagation
         # themselves; a manual region's axes are not the search's to deal.
-        return False
+        return None
     search_graph = graph.search_graph()
     search_graph.preferred = {v: solver.sharding(v) for v in range(len(graph.shapes))}
     search = Search(search_graph)
@@ -278,14 +294,14 @@ def settle_contests(graph: "ModuleGraph") -> bool:
                             "spmd-propagate: contested shardings keep the local choice: weighing "
                             f"the whole program would price {pricings:,} moves (more than "
                             f"{SETTLE_PRICINGS:,}); completion=local says the same without this")
-        return False
+        return None
     try:
         plan = search.solve(None, SETTLE_SECONDS)
     except SearchTimeLimit:
         diagnostics.warning(graph.functions[graph.entry_name()].location,
                             "spmd-propagate: the whole-program search found no plan within "
                             f"{SETTLE_SECONDS:.0f} s; contested shardings keep the local choice")
-        return False
+        return None
     settled: dict[int, Sharding] = {}
     # A value the plan lays out otherwise, whose greedy layout it could not
     # have chosen, keeps it; the greedy pass run again from what was taken
@@ -306,7 +322,7 @@ def settle_contests(graph: "ModuleGraph") -> bool:
         for value, layout in settled.items():
             solver.pin(value, layout, f"the whole program's cost ({plan.why[value]})")
         solver.run()
-    return bool(settled)
+    return plan.cost if settled else None
 
 
 def _weighed(search: Search, value: int, layout: Sharding) -> bool:
