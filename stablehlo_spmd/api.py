@@ -21,7 +21,7 @@ from stablehlo_spmd.ir import make_context, parse_module, print_module
 from stablehlo_spmd.mesh import Mesh
 from stablehlo_spmd.passes.annotate import AnnotatePass
 from stablehlo_spmd.passes.auto_shard import AutoShardPass, auto_shard_module
-from stablehlo_spmd.passes.partition import PartitionPass
+from stablehlo_spmd.passes.partition import CLEANUP_PASSES, PartitionPass
 from stablehlo_spmd.passes.propagate import PropagatePass
 from stablehlo_spmd.pipeline import Pipeline, parse_pipeline, run_pipeline
 from stablehlo_spmd.rules import RuleSet, load_rules, rules_from_python
@@ -111,7 +111,7 @@ def partition(text: str, mesh: Any = None, rules: Iterable[Any] | str | RuleSet 
     """
     rule_set = as_rule_set(rules, as_mesh(mesh) if mesh is not None else None)
     pipeline = Pipeline((AnnotatePass(rules=rule_set), PropagatePass(completion=completion),
-                         PartitionPass(), "canonicalize", "cse"))
+                         PartitionPass(), *CLEANUP_PASSES))
     return run_passes(text, pipeline, filename)
 
 

@@ -151,7 +151,8 @@ class Propagator:
         # however partial their operands (`_choose_where_to_sum`).
         self.roots: list[frozenset[int]] = [frozenset()] * len(self.shapes)
         self.kept_whole: set[int] = set()
-        self.partial_region: set[int] | None = None   # once chosen, the only partial values
+        # Once the sums are placed, the only values that may be partial.
+        self.partial_region: set[int] | None = None
         # Nodes where a candidate lost an axis (to another candidate, or to a
         # NEED_REPLICATION factor): the choices a local rule makes blind to
         # what follows (``spmd-propagate`` weighs them by the whole program).
@@ -269,9 +270,10 @@ class Propagator:
         if not chosen:
             return False
         self.kept_whole |= chosen
-        # Settling again, a value whole so far stays whole: an op that read
-        # two partial operands (and summed both) may keep the one left
-        # partial, and carry it where no sum was priced.
+        # Settling again, the chosen values stay whole, and so does every
+        # value whole so far: an op that read two partial operands (and
+        # summed both) may keep the one left partial, and carry it where no
+        # sum was priced.
         self.partial_region = set(region) - chosen
         for value in chosen:
             state = self.states[value]
@@ -612,8 +614,8 @@ class Propagator:
             if value == NO_VALUE:
                 continue
             state = self.states[value]
-            if state.pinned or value in self.kept_whole or (
-                    self.partial_region is not None and value not in self.partial_region):
+            if state.pinned or (self.partial_region is not None
+                                and value not in self.partial_region):
                 continue
             self.roots[value] = self.roots[value] | inherited | ({value} if born else frozenset())
             in_dims = {a for axes in state.dims for a in axes}

@@ -25,6 +25,12 @@ from stablehlo_spmd.partitioning.windowed import fold_slices_of_pads
 from stablehlo_spmd.passes import ModulePass, register_pass
 
 
+# The upstream passes `ss.partition` runs after ``spmd-partition``: what a
+# user's partitioned program is (``spmd-propagate`` counts its trials after
+# them too).
+CLEANUP_PASSES = ("canonicalize", "cse")
+
+
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class PartitionPass(ModulePass):

@@ -59,7 +59,7 @@ from stablehlo_spmd.module_shardings import (
 from stablehlo_spmd.op_rules import FactorKind, RuleBuilder, UnreducedFlow
 from stablehlo_spmd.op_graph import NO_VALUE, Node
 from stablehlo_spmd.passes import ModulePass, register_pass
-from stablehlo_spmd.passes.partition import PartitionPass
+from stablehlo_spmd.passes.partition import CLEANUP_PASSES, PartitionPass
 from stablehlo_spmd.propagation import Propagator
 from stablehlo_spmd.shapes import element_bytes, tensor_bytes
 from stablehlo_spmd.sharding import Sharding
@@ -204,8 +204,8 @@ def _fewer_bytes_moved(settled: ir.Operation, greedy: ir.Operation, mesh: Mesh,
 
 
 def _bytes_moved(module: ir.Operation, mesh: Mesh) -> float:
-    """What `module`, propagated, moves per device once ``spmd-partition``,
-    ``canonicalize`` and ``cse`` have run on a copy of it, as
+    """What `module`, propagated, moves per device once ``spmd-partition``
+    and the cleanup `ss.partition` runs after it have run on a copy of it, as
     `collective_bytes` counts it; infinite where it does not partition."""
     trial = module.clone().operation
     try:
@@ -214,7 +214,7 @@ def _bytes_moved(module: ir.Operation, mesh: Mesh) -> float:
             PartitionPass().run(trial)
         if said.errors:
             return math.inf
-        passmanager.PassManager.parse("builtin.module(canonicalize,cse)",
+        passmanager.PassManager.parse(f"builtin.module({','.join(CLEANUP_PASSES)})",
                                       module.context).run(trial)
         return total_bytes(module_collectives(trial, mesh.size))
     except SpmdError:
